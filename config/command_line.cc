@@ -1,0 +1,303 @@
+#include "config/command_line.h"
+
+#include <csignal>
+#include <cstdlib>
+#include <stdexcept>
+
+#include <CLI/CLI.hpp>
+
+#include "config/text.h"
+
+namespace dtl::config {
+namespace {
+
+using text::split;
+using text::trim;
+
+/// Strict integer: the whole text, in [lo, hi].
+long parse_int(const std::string& text, long lo, long hi, const char* what) {
+  std::string t = trim(text);
+  char* end = nullptr;
+  errno = 0;
+  long v = t.empty() ? 0 : std::strtol(t.c_str(), &end, 10);
+  if (t.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+    throw std::invalid_argument(std::string("expected ") + what);
+  }
+  return v;
+}
+
+bool parse_bool(const std::string& text) {
+  std::string t = trim(text);
+  if (t == "1" || t == "true" || t == "True" || t == "yes") return true;
+  if (t == "0" || t == "false" || t == "False" || t == "no" || t.empty()) return false;
+  throw std::invalid_argument("expected 1 or 0");
+}
+
+/// One flag as the user may spell it, with the variable that may stand in for it.
+struct Flag {
+  std::string name;  ///< canonical, with underscores: "nproc_per_node"
+  std::string value;
+  bool is_flag = false;  ///< takes no value on the command line
+  std::vector<std::string> extra_env;  ///< fallbacks after PET_<NAME>, in order
+  CLI::Option* option = nullptr;
+  std::string source;  ///< where the value came from, for error messages; empty: default
+};
+
+std::string upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+NprocSpec parse_nproc(const std::string& text) {
+  std::string t = trim(text);
+  if (t == "gpu") return {NprocSpec::Kind::gpu, 0};
+  if (t == "cpu") return {NprocSpec::Kind::cpu, 0};
+  if (t == "auto") return {NprocSpec::Kind::auto_, 0};
+  return {NprocSpec::Kind::count,
+          static_cast<int>(parse_int(t, 1, 4096, "a positive integer or one of gpu, cpu, auto"))};
+}
+
+StreamsSpec parse_streams(const std::string& text) {
+  const char* what = "0-3 (0 none, 1 stdout, 2 stderr, 3 both) or local_rank:0-3 pairs like 0:1,1:3";
+  StreamsSpec spec;
+  std::string t = trim(text);
+  if (t.find(':') == std::string::npos) {
+    spec.all = static_cast<Streams>(parse_int(t, 0, 3, what));
+    return spec;
+  }
+  for (const auto& item : split(t, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos) throw std::invalid_argument(std::string("expected ") + what);
+    int rank = static_cast<int>(parse_int(item.substr(0, colon), 0, 1 << 20, what));
+    spec.per_rank[rank] = static_cast<Streams>(parse_int(item.substr(colon + 1), 0, 3, what));
+  }
+  return spec;
+}
+
+std::set<int> parse_rank_list(const std::string& text) {
+  std::set<int> ranks;
+  for (const auto& item : split(text, ',')) {
+    ranks.insert(static_cast<int>(parse_int(item, 0, 1 << 20, "comma-separated local ranks like 0,1")));
+  }
+  return ranks;
+}
+
+std::vector<int> parse_gpu_ids(const std::string& text) {
+  std::vector<int> ids;
+  std::set<int> seen;
+  for (const auto& item : split(text, ',')) {
+    int id = static_cast<int>(parse_int(item, 0, 1023, "comma-separated GPU indices like 0,2"));
+    if (!seen.insert(id).second) throw std::invalid_argument("GPU " + item + " is listed twice");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+std::vector<int> parse_signal_list(const std::string& text) {
+  static const std::pair<const char*, int> known[] = {
+      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
+      {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU}};
+  std::vector<int> sigs;
+  for (const auto& item : split(text, ',')) {
+    std::string name = upper(item);
+    if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
+    int found = 0;
+    for (const auto& [n, s] : known) {
+      if (name == n) found = s;
+    }
+    if (!found) {
+      throw std::invalid_argument("unknown signal '" + item +
+                                  "' (use SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU)");
+    }
+    sigs.push_back(found);
+  }
+  return sigs;
+}
+
+ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLookup& env) {
+  CLI::App app{"dtlaunch: start one worker per GPU with torchrun's environment, and supervise them",
+               "dtlaunch"};
+  app.prefix_command();
+  app.set_version_flag("--version", "dtlaunch " DTL_VERSION);
+  app.footer("Every --flag_name is also accepted as --flag-name and as the variable PET_FLAG_NAME\n"
+             "(the flag wins). Documentation: README.md.");
+
+  std::vector<Flag> flags;
+  flags.reserve(40);
+  auto add = [&](const std::string& name, const std::string& help, std::string def = "",
+                 std::vector<std::string> extra_env = {}, const std::string& short_name = "") -> Flag& {
+    Flag& f = flags.emplace_back(Flag{name, std::move(def), false, std::move(extra_env), nullptr, ""});
+    std::string names = "--" + name;
+    std::string dashed = name;
+    for (auto& c : dashed) c = c == '_' ? '-' : c;
+    if (dashed != name) names += ",--" + dashed;
+    if (!short_name.empty()) names = short_name + "," + names;
+    f.option = app.add_option(names, f.value, help);
+    return f;
+  };
+  auto add_flag = [&](const std::string& name, const std::string& help, const std::string& short_name = "") {
+    Flag& f = flags.emplace_back(Flag{name, "", true, {}, nullptr, ""});
+    std::string names = "--" + name;
+    std::string dashed = name;
+    for (auto& c : dashed) c = c == '_' ? '-' : c;
+    if (dashed != name) names += ",--" + dashed;
+    if (!short_name.empty()) names = short_name + "," + names;
+    f.option = app.add_flag(names, help);
+  };
+
+  add("nproc_per_node", "workers on this node: N, gpu, cpu or auto (default 1)", "1");
+  add("nnodes", "number of nodes, N or MIN:MAX (only 1 for now)", "1");
+  add("node_rank", "rank of this node (static rendezvous)", "0");
+  add("master_addr", "address of the workers' rank 0 (default 127.0.0.1)", "127.0.0.1");
+  add("master_port", "port of the workers' rank 0 store; 0 picks a free port (default 29500)", "29500");
+  add_flag("standalone", "single node, free port, random run id");
+  add("rdzv_backend", "rendezvous backend: static or c10d", "static");
+  add("rdzv_endpoint", "rendezvous endpoint host[:port]");
+  add("rdzv_id", "job id (alias of --run_id)");
+  add("rdzv_conf", "rendezvous settings k=v,k=v");
+  add("local_addr", "this node's address in the rendezvous");
+  add("run_id", "job id, exported as TORCHELASTIC_RUN_ID (default none)");
+  add("max_restarts", "restarts of the worker group after a failure (default 0)", "0");
+  add("monitor_interval", "accepted for torchrun compatibility; dtlaunch is event-driven");
+  add("start_method", "accepted for torchrun compatibility (Python-only)");
+  add("role", "role name, in the worker env and log prefixes (default 'default')", "default");
+  add_flag("no_python", "exec the program directly instead of through python3 -u");
+  add_flag("module", "run the program as a python module (python3 -u -m)", "-m");
+  add_flag("run_path", "accepted for torchrun compatibility: runs the script through python3");
+  add("log_dir", "base directory for per-rank log and error files (default: a temporary directory)");
+  add("redirects", "streams to files: 0 none, 1 out, 2 err, 3 both, or per rank 0:1,1:3", "0", {}, "-r");
+  add("tee", "like --redirects, and to the console too", "0", {}, "-t");
+  add("local_ranks_filter", "console shows only these local ranks, e.g. 0,1");
+  add("shutdown_timeout", "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", "30",
+      {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT"});
+  add("signals_to_handle", "signals forwarded to the workers",
+      "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  add("gpu_ids", "use only these GPUs (indices among the visible ones), e.g. 0,2");
+  add("gpu_visibility", "per_worker: each worker sees only its GPU; all: every worker sees all (torchrun)",
+      "per_worker");
+  add("fake_gpus", "pretend this machine has N GPUs (testing without GPUs)", "", {"DTLAUNCH_FAKE_GPUS"});
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp& e) {
+    return {std::nullopt, 0, app.help()};
+  } catch (const CLI::CallForVersion& e) {
+    return {std::nullopt, 0, e.what()};
+  } catch (const CLI::ParseError& e) {
+    return {std::nullopt, 2, std::string("dtlaunch: error: ") + e.what() + " (see dtlaunch --help)"};
+  }
+
+  for (auto& f : flags) {
+    if (f.option->count() > 0) {
+      f.source = f.option->get_name();
+      if (f.is_flag) f.value = "1";
+      continue;
+    }
+    std::vector<std::string> names{"PET_" + upper(f.name)};
+    names.insert(names.end(), f.extra_env.begin(), f.extra_env.end());
+    for (const auto& n : names) {
+      if (auto v = env(n)) {
+        f.value = *v;
+        f.source = n;
+        break;
+      }
+    }
+  }
+  auto get = [&](const std::string& name) -> Flag& {
+    for (auto& f : flags) {
+      if (f.name == name) return f;
+    }
+    throw std::logic_error("no flag " + name);
+  };
+
+  LaunchOptions o;
+  Flag* current = nullptr;
+  try {
+    auto value = [&](const std::string& name) -> const std::string& {
+      current = &get(name);
+      return current->value;
+    };
+    o.nproc_per_node = parse_nproc(value("nproc_per_node"));
+    o.nnodes = trim(value("nnodes"));
+    if (o.nnodes != "1" && o.nnodes != "1:1") {
+      throw std::invalid_argument("multi-node launch is not implemented yet; only 1 node is supported");
+    }
+    o.node_rank = static_cast<int>(parse_int(value("node_rank"), 0, 0, "0 on a single node"));
+    o.standalone = parse_bool(value("standalone"));
+    o.master_addr = trim(value("master_addr"));
+    if (o.master_addr.empty()) throw std::invalid_argument("expected a host name or address");
+    o.master_port = static_cast<int>(parse_int(value("master_port"), 0, 65535, "a port in 0..65535"));
+    std::string backend = trim(value("rdzv_backend"));
+    if (backend != "static" && backend != "c10d") throw std::invalid_argument("expected static or c10d");
+    std::string rdzv_id = value("rdzv_id");
+    std::string run_id = value("run_id");
+    o.run_id = !run_id.empty() ? run_id : !rdzv_id.empty() ? rdzv_id : "none";
+    o.max_restarts = static_cast<int>(parse_int(value("max_restarts"), 0, 1000000, "an integer >= 0"));
+    o.role = trim(value("role"));
+    if (o.role.empty()) throw std::invalid_argument("expected a non-empty role name");
+    o.no_python = parse_bool(value("no_python"));
+    o.module = parse_bool(value("module"));
+    if (o.module && o.no_python) {
+      throw std::invalid_argument("--module runs python -m and cannot be combined with --no_python");
+    }
+    parse_bool(value("run_path"));
+    o.log_dir = value("log_dir");
+    o.redirects = parse_streams(value("redirects"));
+    o.tee = parse_streams(value("tee"));
+    if (!value("local_ranks_filter").empty()) o.local_ranks_filter = parse_rank_list(current->value);
+    {
+      std::string t = trim(value("shutdown_timeout"));
+      char* end = nullptr;
+      double v = t.empty() ? -1 : std::strtod(t.c_str(), &end);
+      if (t.empty() || *end != '\0' || !(v >= 0) || v > 86400) {
+        throw std::invalid_argument("expected seconds >= 0");
+      }
+      o.shutdown_timeout_s = v;
+    }
+    o.signals_to_handle = parse_signal_list(value("signals_to_handle"));
+    if (!value("gpu_ids").empty()) o.gpu_ids = parse_gpu_ids(current->value);
+    std::string vis = trim(value("gpu_visibility"));
+    if (vis == "per_worker" || vis == "per-worker") {
+      o.gpu_visibility = GpuVisibility::per_worker;
+    } else if (vis == "all") {
+      o.gpu_visibility = GpuVisibility::all;
+    } else {
+      throw std::invalid_argument("expected per_worker or all");
+    }
+    if (!value("fake_gpus").empty()) {
+      o.fake_gpus = static_cast<int>(parse_int(current->value, 0, 1024, "a GPU count in 0..1024"));
+    }
+  } catch (const std::invalid_argument& e) {
+    std::string where = current->source.empty() ? "--" + current->name : current->source;
+    std::string msg = "dtlaunch: error: " + where + ": " + e.what();
+    if (!current->value.empty() && std::string(e.what()).rfind("expected", 0) == 0) {
+      msg += " (got '" + current->value + "')";
+    }
+    return {std::nullopt, 2, msg};
+  }
+
+  auto rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  if (rest.empty()) {
+    return {std::nullopt, 2, "dtlaunch: error: no program to launch (usage: dtlaunch [options] program [args...])"};
+  }
+  if (rest.front().size() > 1 && rest.front()[0] == '-') {
+    return {std::nullopt, 2, "dtlaunch: error: unknown option " + rest.front() + " (see dtlaunch --help)"};
+  }
+  o.program = rest.front();
+  o.program_args.assign(rest.begin() + 1, rest.end());
+  return {std::move(o), 0, ""};
+}
+
+}  // namespace dtl::config

@@ -1,0 +1,63 @@
+// Everything a user can ask of `dtlaunch`, as parsed from flags and PET_* variables, before any
+// look at the machine (GPUs, ports, files): the launcher resolves it into a plan.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace dtl::config {
+
+/// `--nproc_per_node`: a count, or a word resolved against the machine.
+struct NprocSpec {
+  enum class Kind { count, gpu, cpu, auto_ } kind = Kind::count;
+  int count = 1;
+};
+
+/// torchrun's `Std`: which of a worker's streams go to files (`--redirects`, `--tee`).
+enum class Streams : int { none = 0, out = 1, err = 2, both = 3 };
+
+/// A `--redirects`/`--tee` value: one setting for all local ranks, or `rank:streams` pairs.
+struct StreamsSpec {
+  Streams all = Streams::none;
+  std::map<int, Streams> per_rank;
+  Streams for_rank(int local_rank) const {
+    auto it = per_rank.find(local_rank);
+    return it == per_rank.end() ? all : it->second;
+  }
+};
+
+/// Which GPUs a worker sees through CUDA_VISIBLE_DEVICES.
+enum class GpuVisibility {
+  per_worker,  ///< each worker sees only its own GPU (as cuda:0)
+  all,         ///< every worker sees every selected GPU (torchrun's behaviour)
+};
+
+struct LaunchOptions {
+  NprocSpec nproc_per_node;
+  std::string nnodes = "1";
+  int node_rank = 0;
+  bool standalone = false;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;  ///< 0: pick a free port
+  int max_restarts = 0;
+  std::string role = "default";
+  bool no_python = false;
+  bool module = false;
+  std::string log_dir;  ///< empty: a temporary directory
+  StreamsSpec redirects;
+  StreamsSpec tee;
+  std::optional<std::set<int>> local_ranks_filter;
+  double shutdown_timeout_s = 30;
+  std::vector<int> signals_to_handle;  ///< signal numbers
+  std::string run_id = "none";
+  std::optional<std::vector<int>> gpu_ids;
+  std::optional<int> fake_gpus;
+  GpuVisibility gpu_visibility = GpuVisibility::per_worker;
+  std::string program;
+  std::vector<std::string> program_args;
+};
+
+}  // namespace dtl::config

@@ -1,0 +1,37 @@
+// Which GPUs this machine has (NVML loaded at run time, else `nvidia-smi -L`, or fakes for CI) and
+// which of them the workers get (inherited CUDA_VISIBLE_DEVICES, then --gpu_ids).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace dtl::launcher {
+
+struct Gpu {
+  int index = 0;     ///< physical index, as CUDA_VISIBLE_DEVICES counts without narrowing
+  std::string uuid;  ///< "GPU-..."
+  std::string name;
+};
+
+struct GpuInventory {
+  std::vector<Gpu> gpus;
+  std::string source;  ///< "nvml", "nvidia-smi", "fake" or "none"
+};
+
+/// Asks the machine; `fake` (from --fake_gpus) short-cuts the question.
+GpuInventory discover_gpus(std::optional<int> fake);
+
+/// Parses `nvidia-smi -L` lines such as "GPU 0: NVIDIA H200 (UUID: GPU-5f3c...)".
+std::vector<Gpu> parse_nvidia_smi_list(const std::string& text);
+
+/// One CUDA_VISIBLE_DEVICES entry per GPU the workers may use, or why the selection is invalid.
+using GpuSelection = std::variant<std::vector<std::string>, std::string>;
+
+/// `inherited_visible`: dtlaunch's own CUDA_VISIBLE_DEVICES (indices or GPU-/MIG- UUIDs, prefixes
+/// allowed as CUDA allows them). `gpu_ids`: indices among the GPUs visible after that.
+GpuSelection select_gpus(const std::vector<Gpu>& all, const std::optional<std::string>& inherited_visible,
+                         const std::optional<std::vector<int>>& gpu_ids);
+
+}  // namespace dtl::launcher

@@ -1,0 +1,33 @@
+// Worker output to the console: whole lines only, each with the worker's prefix ("[default0]:"),
+// so lines from different workers never tear or interleave.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace dtl::launcher {
+
+class LinePrefixer {
+ public:
+  /// A line longer than `max_line` bytes is cut there (and continues, prefixed, on the next line),
+  /// so a worker that never prints a newline cannot make dtlaunch's memory grow without bound.
+  explicit LinePrefixer(std::string prefix, size_t max_line = 1 << 20);
+
+  /// Appends every line completed by `chunk` to `out`, prefixed and with its '\n'.
+  void feed(std::string_view chunk, std::string& out);
+
+  /// Appends the unterminated last line, if any, with a '\n' added (at end of stream).
+  void finish(std::string& out);
+
+ private:
+  std::string prefix_;
+  std::string partial_;
+  size_t max_line_;
+};
+
+/// torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE with ${role_name}, ${local_rank}, ${rank}.
+std::string expand_prefix(const std::string& tmpl, const std::string& role, int local_rank, int rank);
+
+inline constexpr const char* kDefaultPrefixTemplate = "[${role_name}${local_rank}]:";
+
+}  // namespace dtl::launcher

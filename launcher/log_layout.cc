@@ -1,0 +1,49 @@
+#include "launcher/log_layout.h"
+
+#include <stdlib.h>
+
+#include <cerrno>
+#include <system_error>
+
+namespace dtl::launcher {
+namespace {
+
+std::filesystem::path make_temp_dir(const std::filesystem::path& pattern) {
+  std::string buf = pattern.string();
+  if (!mkdtemp(buf.data())) throw std::system_error(errno, std::generic_category(), "cannot create " + pattern.string());
+  return buf;
+}
+
+}  // namespace
+
+RunLogDir::RunLogDir(const std::string& base, const std::string& run_id) {
+  std::filesystem::path root = base;
+  if (base.empty()) {
+    temp_root_ = make_temp_dir(std::filesystem::temp_directory_path() / "dtlaunch_XXXXXX");
+    root = temp_root_;
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    if (ec) throw std::system_error(ec, "cannot create --log_dir " + base);
+  }
+  std::string safe_id = run_id;
+  for (auto& c : safe_id) c = (c == '/' ? '_' : c);
+  run_dir_ = make_temp_dir(root / (safe_id + "_XXXXXX"));
+}
+
+std::filesystem::path RunLogDir::rank_dir(int restart, int local_rank) const {
+  auto dir = run_dir_ / ("attempt_" + std::to_string(restart)) / std::to_string(local_rank);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::system_error(ec, "cannot create " + dir.string());
+  return dir;
+}
+
+void RunLogDir::finish(bool keep) {
+  if (temporary() && !keep) {
+    std::error_code ec;
+    std::filesystem::remove_all(temp_root_, ec);
+  }
+}
+
+}  // namespace dtl::launcher

@@ -1,0 +1,30 @@
+// torchrun's log directory layout, so tools that read it keep working:
+//   <log_dir>/<run_id>_<random>/attempt_<restart>/<local_rank>/{stdout.log,stderr.log,error.json}
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace dtl::launcher {
+
+class RunLogDir {
+ public:
+  /// Creates `<base>/<run_id>_XXXXXX`; with an empty `base`, under a new temporary directory that
+  /// is removed again by `finish` unless a log file was asked for. Throws std::system_error.
+  RunLogDir(const std::string& base, const std::string& run_id);
+
+  /// Creates and returns `attempt_<restart>/<local_rank>/`.
+  std::filesystem::path rank_dir(int restart, int local_rank) const;
+
+  const std::filesystem::path& path() const { return run_dir_; }
+  bool temporary() const { return !temp_root_.empty(); }
+
+  /// Removes a temporary directory when nothing in it is for the user to read.
+  void finish(bool keep);
+
+ private:
+  std::filesystem::path temp_root_;
+  std::filesystem::path run_dir_;
+};
+
+}  // namespace dtl::launcher

@@ -1,0 +1,75 @@
+#include "launcher/orphan_guard.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <set>
+#include <system_error>
+
+namespace dtl::launcher {
+namespace {
+
+[[noreturn]] void guard_main(int fd) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2}) signal(sig, SIG_IGN);
+  // Hold nothing of dtlaunch's: pipes held open here would delay EOF for the workers' readers.
+  for (int other = 0; other < 1024; ++other) {
+    if (other != fd && other != 2) close(other);
+  }
+  std::set<pid_t> groups;
+  char buf[4096];
+  std::string pending;
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      pid_t pgid = static_cast<pid_t>(std::atol(pending.c_str() + 1));
+      if (pending[0] == '+') groups.insert(pgid);
+      if (pending[0] == '-') groups.erase(pgid);
+      pending.erase(0, nl + 1);
+    }
+  }
+  for (pid_t pgid : groups) kill(-pgid, SIGKILL);
+  _exit(0);
+}
+
+}  // namespace
+
+OrphanGuard::OrphanGuard() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
+  pid_ = fork();
+  if (pid_ < 0) throw std::system_error(errno, std::generic_category(), "fork");
+  if (pid_ == 0) {
+    close(fds[1]);
+    guard_main(fds[0]);
+  }
+  close(fds[0]);
+  fd_ = fds[1];
+}
+
+OrphanGuard::~OrphanGuard() {
+  close(fd_);
+  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+void OrphanGuard::send(char op, pid_t pgid) {
+  char line[32];
+  int n = std::snprintf(line, sizeof line, "%c%d\n", op, static_cast<int>(pgid));
+  while (write(fd_, line, static_cast<size_t>(n)) < 0 && errno == EINTR) {
+  }
+}
+
+void OrphanGuard::watch(pid_t pgid) { send('+', pgid); }
+void OrphanGuard::forget(pid_t pgid) { send('-', pgid); }
+
+}  // namespace dtl::launcher

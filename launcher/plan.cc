@@ -1,0 +1,142 @@
+#include "launcher/plan.h"
+
+#include <random>
+
+#include <unistd.h>
+
+#include "config/text.h"
+#include "launcher/line_prefixer.h"
+#include "launcher/spawn.h"
+
+namespace dtl::launcher {
+namespace {
+
+using config::GpuVisibility;
+using config::NprocSpec;
+
+PlanError error(std::string message, int code = 2) { return PlanError{code, "dtlaunch: error: " + message}; }
+
+std::string random_id() {
+  std::random_device rd;
+  std::uniform_int_distribution<unsigned> hex(0, 15);
+  std::string id;
+  for (int i = 0; i < 16; ++i) id += "0123456789abcdef"[hex(rd)];
+  return id;
+}
+
+}  // namespace
+
+std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv, int local_rank) {
+  std::vector<std::string> out;
+  out.reserve(argv.size());
+  for (const auto& a : argv) {
+    out.push_back(text::replace_all(a, "${local_rank}", std::to_string(local_rank)));
+  }
+  return out;
+}
+
+std::variant<LaunchPlan, PlanError> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
+  LaunchPlan plan;
+  const auto& env = host.env;
+  const std::string path_env = env("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+
+  // The command.
+  plan.title = o.program;
+  if (o.no_python) {
+    auto exe = find_executable(o.program, path_env);
+    if (!exe) {
+      if (o.program.find('/') != std::string::npos && access(o.program.c_str(), F_OK) == 0) {
+        return error("'" + o.program + "' is not an executable file");
+      }
+      return error("program '" + o.program + "' not found" +
+                       (o.program.find('/') == std::string::npos ? " in PATH" : ""),
+                   127);
+    }
+    plan.exec_path = *exe;
+    plan.argv.push_back(o.program);
+  } else {
+    std::string python = env("PYTHON_EXEC").value_or("python3");
+    auto exe = find_executable(python, path_env);
+    if (!exe) return error("python interpreter '" + python + "' not found (set PYTHON_EXEC, or use --no_python)", 127);
+    if (!o.module && access(o.program.c_str(), F_OK) != 0) {
+      return error("script '" + o.program + "' not found (use --no_python to run a program from PATH)", 127);
+    }
+    plan.exec_path = *exe;
+    plan.argv = {python, "-u"};
+    if (o.module) plan.argv.push_back("-m");
+    plan.argv.push_back(o.program);
+  }
+  plan.argv.insert(plan.argv.end(), o.program_args.begin(), o.program_args.end());
+
+  // GPUs and the number of workers.
+  auto selection = select_gpus(host.gpus.gpus, env("CUDA_VISIBLE_DEVICES"), o.gpu_ids);
+  if (auto* why = std::get_if<std::string>(&selection)) return error(*why);
+  const auto& gpus = std::get<std::vector<std::string>>(selection);
+  const int ngpus = static_cast<int>(gpus.size());
+  switch (o.nproc_per_node.kind) {
+    case NprocSpec::Kind::count: plan.nproc = o.nproc_per_node.count; break;
+    case NprocSpec::Kind::cpu: plan.nproc = host.cpu_count; break;
+    case NprocSpec::Kind::auto_: plan.nproc = ngpus > 0 ? ngpus : host.cpu_count; break;
+    case NprocSpec::Kind::gpu:
+      if (ngpus == 0) {
+        return error("--nproc_per_node=gpu but no GPU is visible (" +
+                     (host.gpus.gpus.empty() ? std::string("none found through NVML or nvidia-smi")
+                                             : "CUDA_VISIBLE_DEVICES/--gpu_ids select none") +
+                     "; --fake_gpus N pretends to have N)");
+      }
+      plan.nproc = ngpus;
+      break;
+  }
+  if (o.gpu_ids && o.nproc_per_node.kind == NprocSpec::Kind::count && plan.nproc > ngpus) {
+    return error("--nproc_per_node=" + std::to_string(plan.nproc) + " is more than the " + std::to_string(ngpus) +
+                 " GPUs listed in --gpu_ids");
+  }
+  plan.cuda_visible_devices.assign(plan.nproc, std::nullopt);
+  const bool use_gpus = ngpus > 0 && o.nproc_per_node.kind != NprocSpec::Kind::cpu;
+  if (use_gpus) {
+    const std::string how = host.gpus.source == "fake" ? "fake GPUs" : "GPUs (" + host.gpus.source + ")";
+    if (o.gpu_visibility == GpuVisibility::per_worker) {
+      for (int i = 0; i < plan.nproc; ++i) plan.cuda_visible_devices[i] = gpus[i % ngpus];
+      plan.notices.push_back(std::to_string(plan.nproc) + " workers on " + std::to_string(ngpus) + " " + how +
+                             "; gpu_visibility=per_worker: each worker sees only its own GPU, as cuda:0 "
+                             "(--gpu_visibility=all for scripts that pick cuda:LOCAL_RANK)");
+      if (plan.nproc > ngpus) {
+        plan.notices.push_back("warning: " + std::to_string(plan.nproc) + " workers share " + std::to_string(ngpus) +
+                               " GPUs round-robin (NCCL refuses two ranks on one GPU)");
+      }
+    } else {
+      const bool narrowed = o.gpu_ids || host.gpus.source == "fake";
+      for (auto& v : plan.cuda_visible_devices) v = narrowed ? std::optional<std::string>(text::join(gpus)) : std::nullopt;
+      plan.notices.push_back(std::to_string(plan.nproc) + " workers on " + std::to_string(ngpus) + " " + how +
+                             "; gpu_visibility=all: every worker sees GPUs " + text::join(gpus) +
+                             " and picks cuda:LOCAL_RANK (torchrun's behaviour)");
+    }
+  }
+  if (plan.nproc > 1 && !env("OMP_NUM_THREADS")) {
+    plan.notices.push_back("OMP_NUM_THREADS=1 for each worker, to avoid overloading the machine "
+                           "(set OMP_NUM_THREADS to choose)");
+  }
+
+  // Where rank 0 listens, and who the job is.
+  plan.group.master_addr = o.master_addr;
+  int port = o.standalone ? 0 : o.master_port;
+  auto reserved = host.reserve_port(o.master_addr, port);
+  if (auto* why = std::get_if<std::string>(&reserved)) return error(*why);
+  plan.group.master_port = std::get<int>(reserved);
+  plan.group.run_id = (o.standalone && o.run_id == "none") ? random_id() : o.run_id;
+  plan.group.role = o.role;
+  plan.group.local_world_size = plan.nproc;
+  plan.group.world_size = plan.nproc;
+  plan.group.max_restarts = o.max_restarts;
+
+  plan.prefix_template = env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or(kDefaultPrefixTemplate);
+  plan.redirects = o.redirects;
+  plan.tee = o.tee;
+  plan.console_filter = o.local_ranks_filter;
+  plan.log_dir = o.log_dir;
+  plan.shutdown_timeout_s = o.shutdown_timeout_s;
+  plan.signals = o.signals_to_handle;
+  return plan;
+}
+
+}  // namespace dtl::launcher

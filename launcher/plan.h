@@ -1,0 +1,54 @@
+// From what the user asked (LaunchOptions) and what the machine has (HostFacts) to what will run
+// (LaunchPlan): every check that can fail before a worker starts happens here.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "config/launch_options.h"
+#include "config/command_line.h"
+#include "launcher/gpus.h"
+#include "launcher/worker_env.h"
+#include "rendezvous/ports.h"
+
+namespace dtl::launcher {
+
+struct HostFacts {
+  GpuInventory gpus;
+  int cpu_count = 1;
+  config::EnvLookup env;
+  std::function<rendezvous::PortResult(const std::string& addr, int port)> reserve_port;
+};
+
+struct LaunchPlan {
+  std::string title;                ///< the program as the user named it, for the failure summary
+  std::string exec_path;            ///< what is exec'd (python, or the program itself)
+  std::vector<std::string> argv;    ///< argv[0] included; ${local_rank} still to substitute
+  int nproc = 1;
+  GroupEnv group;                   ///< restart_count is filled in per attempt
+  std::vector<std::optional<std::string>> cuda_visible_devices;  ///< per local rank
+  std::string prefix_template;
+  config::StreamsSpec redirects;
+  config::StreamsSpec tee;
+  std::optional<std::set<int>> console_filter;
+  std::string log_dir;
+  double shutdown_timeout_s = 30;
+  std::vector<int> signals;
+  std::vector<std::string> notices;  ///< one-line notes for the user before the start
+};
+
+struct PlanError {
+  int exit_code = 2;
+  std::string message;  ///< one line, "dtlaunch: error: ..."
+};
+
+std::variant<LaunchPlan, PlanError> make_plan(const config::LaunchOptions& options, const HostFacts& host);
+
+/// `${local_rank}` in the program's arguments, as torchrun substitutes it.
+std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv, int local_rank);
+
+}  // namespace dtl::launcher

@@ -1,0 +1,47 @@
+#include "launcher/worker_env.h"
+
+#include <cstring>
+
+namespace dtl::launcher {
+
+EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::EnvLookup& inherited) {
+  const int rank = g.base_rank + slot.local_rank;
+  EnvPairs env{
+      {"LOCAL_RANK", std::to_string(slot.local_rank)},
+      {"RANK", std::to_string(rank)},
+      {"GROUP_RANK", std::to_string(g.group_rank)},
+      {"ROLE_RANK", std::to_string(rank)},
+      {"ROLE_NAME", g.role},
+      {"LOCAL_WORLD_SIZE", std::to_string(g.local_world_size)},
+      {"WORLD_SIZE", std::to_string(g.world_size)},
+      {"GROUP_WORLD_SIZE", std::to_string(g.group_world_size)},
+      {"ROLE_WORLD_SIZE", std::to_string(g.world_size)},
+      {"MASTER_ADDR", g.master_addr},
+      {"MASTER_PORT", std::to_string(g.master_port)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(g.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(g.max_restarts)},
+      {"TORCHELASTIC_RUN_ID", g.run_id},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_ERROR_FILE", slot.error_file},
+  };
+  if (!inherited("TORCH_NCCL_ASYNC_ERROR_HANDLING")) env.emplace_back("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!inherited("OMP_NUM_THREADS")) env.emplace_back("OMP_NUM_THREADS", "1");
+  if (slot.cuda_visible_devices) env.emplace_back("CUDA_VISIBLE_DEVICES", *slot.cuda_visible_devices);
+  return env;
+}
+
+std::vector<std::string> merge_environ(char* const* inherited, const EnvPairs& overlay) {
+  std::vector<std::string> out;
+  for (char* const* e = inherited; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (!eq) continue;
+    std::string_view key(*e, static_cast<size_t>(eq - *e));
+    bool overridden = false;
+    for (const auto& [k, v] : overlay) overridden |= key == k;
+    if (!overridden) out.emplace_back(*e);
+  }
+  for (const auto& [k, v] : overlay) out.push_back(k + "=" + v);
+  return out;
+}
+
+}  // namespace dtl::launcher

@@ -1,0 +1,45 @@
+// torchrun's worker environment contract, as a pure function: what dtlaunch sets for each worker on
+// top of the environment it inherited.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/command_line.h"
+
+namespace dtl::launcher {
+
+/// What all workers of one attempt share.
+struct GroupEnv {
+  std::string role = "default";
+  int local_world_size = 1;
+  int world_size = 1;
+  int group_rank = 0;
+  int group_world_size = 1;
+  int base_rank = 0;  ///< global rank of this node's local rank 0
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string run_id = "none";
+};
+
+/// What differs per worker.
+struct WorkerSlot {
+  int local_rank = 0;
+  std::string error_file;
+  std::optional<std::string> cuda_visible_devices;  ///< unset: inherited value left alone
+};
+
+using EnvPairs = std::vector<std::pair<std::string, std::string>>;
+
+/// The variables dtlaunch sets (overriding inherited ones). OMP_NUM_THREADS and
+/// TORCH_NCCL_ASYNC_ERROR_HANDLING are only set when not inherited.
+EnvPairs worker_env(const GroupEnv& group, const WorkerSlot& slot, const config::EnvLookup& inherited);
+
+/// The full "KEY=VALUE" environment for execve: `inherited` (environ-style) with `overlay` on top.
+std::vector<std::string> merge_environ(char* const* inherited, const EnvPairs& overlay);
+
+}  // namespace dtl::launcher

@@ -1,0 +1,17 @@
+// Where the workers' rank 0 will listen: checked before any worker starts, so a taken port is one
+// clear error instead of every worker timing out in init_process_group.
+#pragma once
+
+#include <string>
+#include <variant>
+
+namespace dtl::rendezvous {
+
+/// A port, or the reason there is none (one line, for the user).
+using PortResult = std::variant<int, std::string>;
+
+/// Binds addr:port the way c10d's TCPStore does (SO_REUSEADDR) and lets go again; port 0 asks the
+/// kernel for a free one. Returns the port that is free, or why it is not.
+PortResult reserve_check(const std::string& addr, int port);
+
+}  // namespace dtl::rendezvous
