@@ -18,7 +18,9 @@ bool is_executable_file(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
 }
 
-/// Only async-signal-safe calls from here on: this runs in the child between fork and exec.
+/// Only async-signal-safe calls from here on: this runs in the child between fork and exec, with
+/// every signal blocked until the handlers inherited from dtlaunch are reset (a SIGTERM caught by
+/// dtlaunch's handler in the child would reach dtlaunch's own event loop).
 [[noreturn]] void exec_child(const SpawnSpec& spec, pid_t parent, char* const* argv, char* const* envp) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
   setpgid(0, 0);
@@ -57,9 +59,14 @@ pid_t spawn_worker(const SpawnSpec& spec) {
   for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   const pid_t parent = getpid();
+  sigset_t all, previous;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &previous);
   pid_t pid = fork();
-  if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
   if (pid == 0) exec_child(spec, parent, argv.data(), envp.data());
+  int fork_errno = errno;
+  sigprocmask(SIG_SETMASK, &previous, nullptr);
+  if (pid < 0) throw std::system_error(fork_errno, std::generic_category(), "fork");
   // Also from the parent, so the group exists before anyone signals it (no race with the child).
   setpgid(pid, pid);
   return pid;

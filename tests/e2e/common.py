@@ -1,0 +1,135 @@
+"""Shared helpers for the end-to-end tests: run the real dtlaunch binary with the test worker, wait
+for events with bounded timeouts (never a sleep), and prove no process of the test outlives it."""
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DTLAUNCH = os.environ.get("DTLAUNCH", os.path.join(HERE, "../../build/apps/dtlaunch/dtlaunch"))
+WORKER = os.environ.get("TEST_WORKER", os.path.join(HERE, "../../build/tests/test_worker"))
+
+
+def tagged_pids(tag):
+    """Live processes whose environment carries this test's tag (workers and their children)."""
+    needle = ("DTL_TEST_TAG=" + tag).encode()
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    pids.append(int(name))
+        except OSError:
+            pass
+    return pids
+
+
+class Running:
+    """A dtlaunch started in the background, whose output is read as it arrives."""
+
+    def __init__(self, args, env):
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.out = b""
+        self.err = b""
+
+    def _read_some(self, deadline):
+        streams = [s for s in (self.proc.stdout, self.proc.stderr) if not s.closed]
+        if not streams:
+            return False
+        ready, _, _ = select.select(streams, [], [], max(0.0, deadline - time.monotonic()))
+        for s in ready:
+            chunk = os.read(s.fileno(), 65536)
+            if not chunk:
+                s.close()
+            elif s is self.proc.stdout:
+                self.out += chunk
+            else:
+                self.err += chunk
+        return bool(ready)
+
+    def wait_for(self, pattern, count=1, timeout=30, stream="out"):
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern.encode(), re.M)
+        while True:
+            text = self.out if stream == "out" else self.err
+            if len(regex.findall(text)) >= count:
+                return
+            if time.monotonic() > deadline or not self._read_some(deadline):
+                raise AssertionError(
+                    f"timed out waiting for {count}x {pattern!r}\nstdout:\n{self.out.decode(errors='replace')}"
+                    f"\nstderr:\n{self.err.decode(errors='replace')}")
+
+    def finish(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while self._read_some(deadline):
+            pass
+        try:
+            code = self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError("dtlaunch did not exit in time")
+        return subprocess.CompletedProcess(self.proc.args, code, self.out.decode(), self.err.decode())
+
+
+class LaunchTest(unittest.TestCase):
+    def setUp(self):
+        self.tag = uuid.uuid4().hex
+        self.tmp = tempfile.mkdtemp(prefix="dtl-e2e-")
+
+    def tearDown(self):
+        self.assert_no_leftovers()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def env(self, **extra):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PET_", "TORCHELASTIC_", "DTLAUNCH_"))
+               and k not in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT")}
+        env["DTL_TEST_TAG"] = self.tag
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def launch(self, *args, env=None, timeout=60, stdin=subprocess.DEVNULL):
+        return subprocess.run([DTLAUNCH, *map(str, args)], env=env or self.env(), capture_output=True,
+                              text=True, timeout=timeout, stdin=stdin)
+
+    def start(self, *args, env=None):
+        return Running([DTLAUNCH, *map(str, args)], env or self.env())
+
+    def worker(self, *args):
+        """dtlaunch arguments that run the test worker directly (no python)."""
+        return ["--no_python", WORKER, *map(str, args)]
+
+    def assert_no_leftovers(self, timeout=10):
+        """Every process of this test is gone, or goes within `timeout` (waited on through pidfds)."""
+        deadline = time.monotonic() + timeout
+        alive = tagged_pids(self.tag)
+        for pid in alive:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            try:
+                select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            finally:
+                os.close(fd)
+        left = tagged_pids(self.tag)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        self.assertEqual(left, [], "processes left running after the test")
+
+    def assertExitCode(self, result, code):
+        self.assertEqual(result.returncode, code,
+                         f"exit code {result.returncode}, expected {code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+
+
+def main():
+    unittest.main(verbosity=2)

@@ -1,0 +1,89 @@
+"""Bad input: one clear line naming what was wrong, exit 2 (127 for a missing program), nothing run."""
+import os
+import stat
+
+from common import LaunchTest, WORKER, main
+
+
+class BadInput(LaunchTest):
+    def check(self, args, message, code=2, env=None):
+        r = self.launch(*args, env=env)
+        self.assertEqual((r.returncode, r.stderr, r.stdout), (code, "dtlaunch: error: " + message + "\n", ""))
+
+    def test_an_unknown_flag(self):
+        self.check(["--nproc_per_nod=2", "train.py"], "unknown option --nproc_per_nod=2 (see dtlaunch --help)")
+
+    def test_nproc_per_node_zero_negative_and_words(self):
+        for value in ("0", "-1", "abc"):
+            self.check([f"--nproc_per_node={value}", "--no_python", "true"],
+                       f"--nproc_per_node: expected a positive integer or one of gpu, cpu, auto (got '{value}')")
+
+    def test_a_bad_pet_variable_is_named(self):
+        self.check(["--no_python", "true"],
+                   "PET_NPROC_PER_NODE: expected a positive integer or one of gpu, cpu, auto (got 'x')",
+                   env=self.env(PET_NPROC_PER_NODE="x"))
+
+    def test_gpu_with_no_gpus(self):
+        self.check(["--nproc_per_node=gpu", "--no_python", "true"],
+                   "--nproc_per_node=gpu but no GPU is visible (none found through NVML or nvidia-smi; "
+                   "--fake_gpus N pretends to have N)")
+
+    def test_a_missing_program(self):
+        self.check(["--no_python", "no-such-program-xyz"], "program 'no-such-program-xyz' not found in PATH", 127)
+
+    def test_a_missing_script(self):
+        self.check(["missing_train.py"],
+                   "script 'missing_train.py' not found (use --no_python to run a program from PATH)", 127)
+
+    def test_a_program_that_is_not_executable(self):
+        path = os.path.join(self.tmp, "train.sh")
+        open(path, "w").close()
+        os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+        self.check(["--no_python", path], f"'{path}' is not an executable file")
+
+    def test_module_with_no_python(self):
+        self.check(["-m", "--no_python", "true"],
+                   "--module: --module runs python -m and cannot be combined with --no_python")
+
+    def test_no_program(self):
+        self.check(["--nproc_per_node=2"], "no program to launch (usage: dtlaunch [options] program [args...])")
+
+    def test_negative_shutdown_timeout(self):
+        self.check(["--shutdown_timeout=-1", "--no_python", "true"],
+                   "--shutdown_timeout: expected seconds >= 0 (got '-1')")
+
+    def test_bad_redirects(self):
+        self.check(["--redirects=4", "--no_python", "true"],
+                   "--redirects: expected 0-3 (0 none, 1 stdout, 2 stderr, 3 both) or local_rank:0-3 pairs "
+                   "like 0:1,1:3 (got '4')")
+
+    def test_bad_signal_name(self):
+        self.check(["--signals_to_handle=SIGFOO", "--no_python", "true"],
+                   "--signals_to_handle: unknown signal 'SIGFOO' (use SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, "
+                   "SIGUSR2, SIGALRM, SIGXCPU)")
+
+    def test_gpu_ids_beyond_the_visible_gpus(self):
+        self.check(["--fake_gpus=2", "--gpu_ids=0,5", "--no_python", "true"],
+                   "--gpu_ids: GPU 5 is not visible (visible: 0,1)")
+
+    def test_multi_node_is_refused_until_implemented(self):
+        self.check(["--nnodes=2", "--no_python", "true"],
+                   "--nnodes: multi-node launch is not implemented yet; only 1 node is supported")
+
+    def test_a_value_missing_after_a_flag(self):
+        r = self.launch("--nproc_per_node")
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+        self.assertTrue(r.stderr.startswith("dtlaunch: error: "), r.stderr)
+
+    def test_help_and_version(self):
+        r = self.launch("--help")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("--nproc_per_node", r.stdout)
+        r = self.launch("--version")
+        self.assertEqual(r.returncode, 0)
+        self.assertRegex(r.stdout, r"^dtlaunch \d+\.\d+\.\d+\n$")
+
+
+if __name__ == "__main__":
+    main()

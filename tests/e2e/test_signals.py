@@ -1,0 +1,82 @@
+"""Signals and shutdown: forwarded, escalated after the timeout, and never an orphan left behind."""
+import os
+import signal
+
+from common import LaunchTest, main
+
+
+class Signals(LaunchTest):
+    def start_paused(self, *extra, nproc=3):
+        run = self.start(f"--nproc_per_node={nproc}", "--master_port=0", *extra)
+        run.wait_for(r"^\[default\d\]:ready rank \d$", count=nproc)
+        return run
+
+    def check_forwarded(self, sig):
+        run = self.start_paused(*self.worker("pause"))
+        run.proc.send_signal(sig)
+        r = run.finish()
+        self.assertExitCode(r, 128 + sig)
+        self.assertIn(f"received {signal.Signals(sig).name}, stopping the workers", r.stderr)
+        self.assertNotIn("FAILED", r.stderr)
+
+    def test_sigterm_is_forwarded_and_dtlaunch_exits_128_plus_15(self):
+        self.check_forwarded(signal.SIGTERM)
+
+    def test_sigint_is_forwarded(self):
+        self.check_forwarded(signal.SIGINT)
+
+    def test_sighup_is_forwarded(self):
+        self.check_forwarded(signal.SIGHUP)
+
+    def test_sigquit_is_forwarded(self):
+        self.check_forwarded(signal.SIGQUIT)
+
+    def test_a_worker_that_ignores_sigterm_is_killed_after_the_shutdown_timeout(self):
+        run = self.start_paused("--shutdown_timeout=0.5", *self.worker("ignore-term"), nproc=2)
+        run.proc.send_signal(signal.SIGTERM)
+        r = run.finish(timeout=20)
+        self.assertExitCode(r, 128 + signal.SIGTERM)
+        self.assertIn("workers still running 0.5s after the stop signal: sending SIGKILL", r.stderr)
+
+    def test_a_second_signal_while_stopping_kills_at_once(self):
+        run = self.start_paused("--shutdown_timeout=600", *self.worker("ignore-term"), nproc=2)
+        run.proc.send_signal(signal.SIGINT)
+        run.wait_for("stopping the workers", stream="err")
+        run.proc.send_signal(signal.SIGINT)
+        r = run.finish(timeout=20)
+        self.assertExitCode(r, 128 + signal.SIGINT)
+        self.assertIn("received SIGINT while stopping: killing the workers now", r.stderr)
+
+    def test_grandchildren_are_stopped_with_their_worker(self):
+        run = self.start_paused(*self.worker("grandchild", self.tmp), nproc=2)
+        pids = [int(open(os.path.join(self.tmp, f"{r}.pid")).read()) for r in range(2)]
+        for pid in pids:
+            os.kill(pid, 0)  # alive while the job runs
+        run.proc.send_signal(signal.SIGTERM)
+        self.assertExitCode(run.finish(), 128 + signal.SIGTERM)
+        # tearDown proves they are gone
+
+    def test_children_left_by_successful_workers_are_stopped(self):
+        r = self.launch("--nproc_per_node=2", "--master_port=0", *self.worker("grandchild", self.tmp, "exit"))
+        self.assertExitCode(r, 0)
+
+    def test_a_child_that_left_the_process_group_is_stopped_too(self):
+        run = self.start_paused(*self.worker("grandchild", self.tmp, "setsid"), nproc=2)
+        run.proc.send_signal(signal.SIGTERM)
+        self.assertExitCode(run.finish(), 128 + signal.SIGTERM)
+
+    def test_sigkill_of_dtlaunch_leaves_no_worker_or_grandchild_running(self):
+        run = self.start_paused(*self.worker("grandchild", self.tmp), nproc=3)
+        run.proc.kill()
+        run.proc.wait(timeout=10)
+        # workers die through PR_SET_PDEATHSIG, their children through the orphan guard
+        self.assert_no_leftovers()
+
+    def test_signals_to_handle_limits_what_is_forwarded(self):
+        run = self.start_paused("--signals_to_handle=SIGUSR1", *self.worker("pause"), nproc=2)
+        run.proc.send_signal(signal.SIGUSR1)
+        self.assertExitCode(run.finish(), 128 + signal.SIGUSR1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <map>
+
+#include "config/command_line.h"
+
+using namespace dtl::config;
+
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+ParseResult parse(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  return parse_command_line(args, env_of(std::move(env)));
+}
+
+LaunchOptions ok(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  auto r = parse(std::move(args), std::move(env));
+  INFO(r.output);
+  REQUIRE(r.options);
+  return *r.options;
+}
+
+}  // namespace
+
+TEST_CASE("underscore and dash spellings are the same flag") {
+  CHECK(ok({"--nproc_per_node=4", "train.py"}).nproc_per_node.count == 4);
+  CHECK(ok({"--nproc-per-node=4", "train.py"}).nproc_per_node.count == 4);
+  CHECK(ok({"--nproc-per-node", "3", "train.py"}).nproc_per_node.count == 3);
+  CHECK(ok({"--max-restarts=2", "--master-port", "0", "train.py"}).max_restarts == 2);
+}
+
+TEST_CASE("everything after the program is passed through untouched") {
+  auto o = ok({"--nproc_per_node=2", "train.py", "--nproc_per_node=9", "-m", "--", "x"});
+  CHECK(o.program == "train.py");
+  CHECK(o.program_args == std::vector<std::string>{"--nproc_per_node=9", "-m", "--", "x"});
+  CHECK(o.nproc_per_node.count == 2);
+}
+
+TEST_CASE("PET variables configure flags that were not given, and flags win") {
+  auto o = ok({"train.py"}, {{"PET_NPROC_PER_NODE", "gpu"}, {"PET_MAX_RESTARTS", "3"}, {"PET_STANDALONE", "1"}});
+  CHECK(o.nproc_per_node.kind == NprocSpec::Kind::gpu);
+  CHECK(o.max_restarts == 3);
+  CHECK(o.standalone);
+  CHECK(ok({"--max_restarts=1", "train.py"}, {{"PET_MAX_RESTARTS", "3"}}).max_restarts == 1);
+  CHECK_FALSE(ok({"train.py"}, {{"PET_STANDALONE", "0"}}).standalone);
+}
+
+TEST_CASE("the shutdown timeout: default 30, torch's variable, flag beats variable, 0 allowed, negative rejected") {
+  CHECK(ok({"t.py"}).shutdown_timeout_s == 30);
+  CHECK(ok({"t.py"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}}).shutdown_timeout_s == 7);
+  CHECK(ok({"t.py"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}, {"PET_SHUTDOWN_TIMEOUT", "5"}}).shutdown_timeout_s == 5);
+  CHECK(ok({"--shutdown_timeout=2", "t.py"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}}).shutdown_timeout_s == 2);
+  CHECK(ok({"--shutdown_timeout=0", "t.py"}).shutdown_timeout_s == 0);
+  auto r = parse({"--shutdown_timeout=-1", "t.py"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.output == "dtlaunch: error: --shutdown_timeout: expected seconds >= 0 (got '-1')");
+}
+
+TEST_CASE("nproc_per_node takes a count or gpu, cpu, auto") {
+  CHECK(parse_nproc("8").count == 8);
+  CHECK(parse_nproc("cpu").kind == NprocSpec::Kind::cpu);
+  CHECK(parse_nproc("auto").kind == NprocSpec::Kind::auto_);
+  for (const char* bad : {"0", "-1", "abc", "", "2x", "1.5"}) {
+    CHECK_THROWS_AS(parse_nproc(bad), std::invalid_argument);
+  }
+}
+
+TEST_CASE("redirects and tee take one value or local_rank:value pairs") {
+  auto all = parse_streams("3");
+  CHECK(all.for_rank(5) == Streams::both);
+  auto pairs = parse_streams("0:1,1:2");
+  CHECK(pairs.for_rank(0) == Streams::out);
+  CHECK(pairs.for_rank(1) == Streams::err);
+  CHECK(pairs.for_rank(2) == Streams::none);
+  CHECK_THROWS_AS(parse_streams("4"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_streams("0:1,x"), std::invalid_argument);
+}
+
+TEST_CASE("signals are named with or without SIG") {
+  CHECK(parse_signal_list("SIGTERM,int,HUP") == std::vector<int>{SIGTERM, SIGINT, SIGHUP});
+  CHECK_THROWS_AS(parse_signal_list("SIGFOO"), std::invalid_argument);
+}
+
+TEST_CASE("gpu ids are distinct indices") {
+  CHECK(parse_gpu_ids("0, 2") == std::vector<int>{0, 2});
+  CHECK_THROWS_WITH(parse_gpu_ids("1,1"), "GPU 1 is listed twice");
+  CHECK_THROWS_AS(parse_gpu_ids("a"), std::invalid_argument);
+}
+
+TEST_CASE("module and no_python together are refused") {
+  auto r = parse({"-m", "--no_python", "pkg"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.output == "dtlaunch: error: --module: --module runs python -m and cannot be combined with --no_python");
+}
+
+TEST_CASE("an unknown option before the program is an error, not the program") {
+  auto r = parse({"--nprocs=2", "train.py"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.output == "dtlaunch: error: unknown option --nprocs=2 (see dtlaunch --help)");
+}
+
+TEST_CASE("rdzv_id is an alias of run_id, and standalone is a flag") {
+  CHECK(ok({"--rdzv_id=j1", "t.py"}).run_id == "j1");
+  CHECK(ok({"--run_id=j2", "--rdzv-id=j1", "t.py"}).run_id == "j2");
+  CHECK(ok({"t.py"}).run_id == "none");
+  CHECK(ok({"--standalone", "t.py"}).standalone);
+}
+
+TEST_CASE("fake gpus come from the flag or DTLAUNCH_FAKE_GPUS") {
+  CHECK(*ok({"--fake_gpus=2", "t.py"}).fake_gpus == 2);
+  CHECK(*ok({"t.py"}, {{"DTLAUNCH_FAKE_GPUS", "3"}}).fake_gpus == 3);
+  CHECK_FALSE(ok({"t.py"}).fake_gpus);
+}

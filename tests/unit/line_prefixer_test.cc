@@ -1,0 +1,33 @@
+#include <catch2/catch.hpp>
+
+#include "launcher/line_prefixer.h"
+
+using namespace dtl::launcher;
+
+TEST_CASE("whole lines are prefixed; a partial line waits for its end") {
+  LinePrefixer p("[default0]:");
+  std::string out;
+  p.feed("a\nb", out);
+  CHECK(out == "[default0]:a\n");
+  p.feed("c\n\nd", out);
+  CHECK(out == "[default0]:a\n[default0]:bc\n[default0]:\n");
+  p.finish(out);
+  CHECK(out == "[default0]:a\n[default0]:bc\n[default0]:\n[default0]:d\n");
+  out.clear();
+  p.finish(out);
+  CHECK(out.empty());
+}
+
+TEST_CASE("a line longer than the limit is cut, never held without bound") {
+  LinePrefixer p("> ", 4);
+  std::string out;
+  p.feed("abcdefghij", out);
+  CHECK(out == "> abcd\n> efgh\n");
+  p.feed("\n", out);
+  CHECK(out == "> abcd\n> efgh\n> ij\n");
+}
+
+TEST_CASE("the prefix template knows role, local rank and rank") {
+  CHECK(expand_prefix(kDefaultPrefixTemplate, "default", 3, 7) == "[default3]:");
+  CHECK(expand_prefix("${rank}|${local_rank}|${role_name}|${other}", "r", 1, 2) == "2|1|r|${other}");
+}

@@ -1,0 +1,98 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "config/command_line.h"
+#include "launcher/plan.h"
+
+using namespace dtl;
+using namespace dtl::launcher;
+
+namespace {
+
+struct Fixture {
+  std::map<std::string, std::string> env{{"PATH", "/usr/bin:/bin"}};
+  GpuInventory gpus{{}, "none"};
+  std::vector<std::pair<std::string, int>> reserved;
+
+  std::variant<LaunchPlan, PlanError> plan(std::vector<std::string> args) {
+    auto lookup = [this](const std::string& k) -> std::optional<std::string> {
+      auto it = env.find(k);
+      if (it == env.end()) return std::nullopt;
+      return it->second;
+    };
+    auto parsed = config::parse_command_line(args, lookup);
+    REQUIRE(parsed.options);
+    HostFacts host{gpus, 6, lookup, [this](const std::string& addr, int port) -> rendezvous::PortResult {
+                     reserved.emplace_back(addr, port);
+                     if (port == 1) return std::string("port 1 is taken");
+                     return port == 0 ? 41000 : port;
+                   }};
+    return make_plan(*parsed.options, host);
+  }
+  LaunchPlan ok(std::vector<std::string> args) {
+    auto p = plan(std::move(args));
+    if (auto* e = std::get_if<PlanError>(&p)) FAIL(e->message);
+    return std::get<LaunchPlan>(p);
+  }
+  PlanError refused(std::vector<std::string> args) {
+    auto p = plan(std::move(args));
+    REQUIRE(std::holds_alternative<PlanError>(p));
+    return std::get<PlanError>(p);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a python script runs as python3 -u, a module with -m, a program directly") {
+  Fixture f;
+  auto p = f.ok({"-m", "pkg.train", "--lr", "1"});
+  CHECK(p.argv == std::vector<std::string>{"python3", "-u", "-m", "pkg.train", "--lr", "1"});
+  CHECK(p.exec_path.ends_with("/python3"));
+  f.env["PYTHON_EXEC"] = "/bin/sh";
+  CHECK(f.ok({"-m", "x"}).exec_path == "/bin/sh");
+  auto direct = f.ok({"--no_python", "true", "a"});
+  CHECK(direct.argv == std::vector<std::string>{"true", "a"});
+  CHECK(direct.exec_path.ends_with("/true"));
+}
+
+TEST_CASE("nproc words resolve against the machine") {
+  Fixture f;
+  CHECK(f.ok({"--nproc_per_node=cpu", "--no_python", "true"}).nproc == 6);
+  CHECK(f.ok({"--nproc_per_node=auto", "--no_python", "true"}).nproc == 6);
+  f.gpus = discover_gpus(4);
+  CHECK(f.ok({"--nproc_per_node=auto", "--no_python", "true"}).nproc == 4);
+  CHECK(f.ok({"--nproc_per_node=gpu", "--no_python", "true"}).nproc == 4);
+}
+
+TEST_CASE("per_worker visibility gives each worker its own GPU, all gives every worker the list") {
+  Fixture f;
+  f.gpus = discover_gpus(2);
+  auto p = f.ok({"--nproc_per_node=gpu", "--no_python", "true"});
+  CHECK(p.cuda_visible_devices == std::vector<std::optional<std::string>>{"0", "1"});
+  auto all = f.ok({"--nproc_per_node=gpu", "--gpu_visibility=all", "--no_python", "true"});
+  CHECK(all.cuda_visible_devices == std::vector<std::optional<std::string>>{"0,1", "0,1"});
+  auto cpu = f.ok({"--nproc_per_node=cpu", "--no_python", "true"});
+  CHECK(cpu.cuda_visible_devices == std::vector<std::optional<std::string>>(6, std::nullopt));
+  CHECK(cpu.notices.size() == 1);  // OMP only: no GPU line for a CPU job
+}
+
+TEST_CASE("more workers than gpu_ids is refused") {
+  Fixture f;
+  f.gpus = discover_gpus(4);
+  CHECK(f.refused({"--gpu_ids=0,1", "--nproc_per_node=3", "--no_python", "true"}).message ==
+        "dtlaunch: error: --nproc_per_node=3 is more than the 2 GPUs listed in --gpu_ids");
+}
+
+TEST_CASE("the master port is checked, and standalone asks for a free one") {
+  Fixture f;
+  CHECK(f.ok({"--no_python", "true"}).group.master_port == 29500);
+  CHECK(f.ok({"--standalone", "--master_port=1234", "--no_python", "true"}).group.master_port == 41000);
+  CHECK(f.refused({"--master_port=1", "--no_python", "true"}).message == "dtlaunch: error: port 1 is taken");
+  CHECK(f.reserved.back() == std::pair<std::string, int>{"127.0.0.1", 1});
+}
+
+TEST_CASE("local_rank is substituted in arguments only where written") {
+  CHECK(substitute_local_rank({"a", "--x=${local_rank}", "${rank}"}, 3) ==
+        std::vector<std::string>{"a", "--x=3", "${rank}"});
+}

@@ -1,0 +1,57 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "launcher/worker_env.h"
+
+using namespace dtl::launcher;
+
+namespace {
+
+std::map<std::string, std::string> as_map(const EnvPairs& pairs) { return {pairs.begin(), pairs.end()}; }
+
+dtl::config::EnvLookup none() {
+  return [](const std::string&) { return std::optional<std::string>(); };
+}
+
+}  // namespace
+
+TEST_CASE("ranks are the node's base rank plus the local rank") {
+  GroupEnv g;
+  g.base_rank = 4;
+  g.world_size = 8;
+  g.local_world_size = 4;
+  g.group_rank = 1;
+  g.group_world_size = 2;
+  auto env = as_map(worker_env(g, WorkerSlot{2, "/x/error.json", std::nullopt}, none()));
+  CHECK(env["RANK"] == "6");
+  CHECK(env["LOCAL_RANK"] == "2");
+  CHECK(env["ROLE_RANK"] == "6");
+  CHECK(env["GROUP_RANK"] == "1");
+  CHECK(env["WORLD_SIZE"] == "8");
+  CHECK(env["LOCAL_WORLD_SIZE"] == "4");
+  CHECK(env["GROUP_WORLD_SIZE"] == "2");
+  CHECK(env["TORCHELASTIC_ERROR_FILE"] == "/x/error.json");
+  CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+  CHECK(env.count("CUDA_VISIBLE_DEVICES") == 0);
+}
+
+TEST_CASE("OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING default only when not inherited") {
+  auto env = as_map(worker_env(GroupEnv{}, WorkerSlot{}, none()));
+  CHECK(env["OMP_NUM_THREADS"] == "1");
+  CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  auto inherited = [](const std::string& k) {
+    return k == "OMP_NUM_THREADS" || k == "TORCH_NCCL_ASYNC_ERROR_HANDLING" ? std::optional<std::string>("8")
+                                                                           : std::nullopt;
+  };
+  auto env2 = as_map(worker_env(GroupEnv{}, WorkerSlot{}, inherited));
+  CHECK(env2.count("OMP_NUM_THREADS") == 0);
+  CHECK(env2.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);
+}
+
+TEST_CASE("the overlay replaces inherited values and keeps the rest") {
+  char a[] = "PATH=/bin", b[] = "RANK=99", c[] = "WEIRD";
+  char* inherited[] = {a, b, c, nullptr};
+  auto merged = merge_environ(inherited, {{"RANK", "1"}, {"CUDA_VISIBLE_DEVICES", "3"}});
+  CHECK(merged == std::vector<std::string>{"PATH=/bin", "RANK=1", "CUDA_VISIBLE_DEVICES=3"});
+}
