@@ -1,6 +1,7 @@
 // dtlaunch: torchrun's command line, an event-driven supervisor underneath. This file only wires
 // the libraries together: parse, look at the machine, plan, supervise.
 #include <sched.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -50,6 +51,8 @@ int main(int argc, char** argv) {
 
   // Orphans of workers come to dtlaunch, which stops them; the guard covers a SIGKILLed dtlaunch.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // A console that went away (`dtlaunch ... | head`) must not kill the job: its output is dropped.
+  signal(SIGPIPE, SIG_IGN);
   try {
     launcher::HostFacts host{launcher::discover_gpus(options.fake_gpus), cpu_count(), env,
                              rendezvous::reserve_check};

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what dtlaunch needs to build and test, from Debian's packages. Idempotent: packages
+# already present are not fetched again, and apt-get runs only when something is missing.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config
+  libcli11-dev libyaml-cpp-dev libboost-dev libspdlog-dev catch2
+  python3 python3-torch   # the end-to-end test with a real PyTorch script, and torchrun for benchmarks
+  libtorch-dev libgloo-dev   # dtl-train, the reference worker (CPU build with Gloo)
+  libssl-dev   # HMAC for the authenticated rendezvous
+  iproute2 procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all packages present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "setup: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
