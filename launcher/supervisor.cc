@@ -1,388 +1,108 @@
 #include "launcher/supervisor.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <chrono>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
-#include "launcher/failure.h"
-#include "launcher/line_prefixer.h"
-#include "launcher/spawn.h"
-#include "launcher/worker_env.h"
-
-extern char** environ;
+#include "launcher/worker_group.h"
 
 namespace dtl::launcher {
 namespace asio = boost::asio;
-
 namespace {
 
-/// How long output may still arrive after every process is gone (a pipe held open by a process
-/// that left the worker's process group and dtlaunch's reach).
-constexpr auto kDrainTimeout = std::chrono::seconds(5);
+std::string this_host() {
+  char name[256] = "localhost";
+  gethostname(name, sizeof name - 1);
+  return name;
+}
 
-bool has(config::Streams s, int which) { return (static_cast<int>(s) & which) != 0; }
-
-/// Writes all of `data`, waiting when `fd` is non-blocking. False once the reader is gone.
-bool write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n > 0) {
-      data += n;
-      size -= static_cast<size_t>(n);
-    } else if (n < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, -1);
-    } else if (n < 0 && errno != EINTR) {
-      return false;
-    }
+void write_to_stderr(const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    ssize_t n = ::write(2, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<size_t>(n);
   }
-  return true;
-}
-
-/// Processes dtlaunch is the parent of now: its workers, and orphans it adopted as subreaper.
-std::vector<pid_t> child_processes() {
-  std::vector<pid_t> pids;
-  std::ifstream in("/proc/self/task/" + std::to_string(getpid()) + "/children");
-  for (pid_t pid; in >> pid;) pids.push_back(pid);
-  return pids;
-}
-
-int open_log(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot create " + path.string());
-  return fd;
 }
 
 }  // namespace
 
+/// The single-node policy: restart the group while restarts are left, else report the root cause.
 struct Supervisor::Impl {
-  /// One of a worker's output streams on its way to the console and/or a file.
-  struct Stream {
-    explicit Stream(asio::io_context& io) : pipe(io) {}
-    asio::posix::stream_descriptor pipe;
-    std::unique_ptr<LinePrefixer> prefixer;  ///< set when the stream goes to the console
-    int console_fd = -1;
-    int file_fd = -1;
-    bool open = false;
-    std::array<char, 1 << 16> buf;
-  };
-
-  struct Worker {
-    Worker(asio::io_context& io) : out(io), err(io) {}
-    int local_rank = 0;
-    int rank = 0;
-    pid_t pid = -1;
-    bool running = false;
-    bool signalled = false;  ///< dtlaunch asked it to stop: its exit is not a failure
-    std::string error_file;
-    Stream out, err;
-  };
-
-  enum class Phase { running, stopping, finishing, done };
-
   Impl(asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard)
-      : io(io), plan(plan), logs(logs), guard(guard), signals(io), kill_timer(io), drain_timer(io) {
-    char name[256] = "localhost";
-    gethostname(name, sizeof name - 1);
-    host = name;
-  }
+      : io(io),
+        plan(plan),
+        signals(io),
+        group(io, plan, logs, guard, {nullptr, [this](const WorkerGroup::Result& r) { on_finished(r); }}) {}
 
   asio::io_context& io;
   const LaunchPlan& plan;
-  RunLogDir& logs;
-  OrphanGuard& guard;
   asio::signal_set signals;
-  asio::steady_timer kill_timer;
-  asio::steady_timer drain_timer;
-  std::string host;
-
-  std::vector<std::unique_ptr<Worker>> workers;
-  std::vector<std::unique_ptr<Worker>> retired;  ///< earlier attempts', kept while handlers may run
-  std::vector<WorkerFailure> failures;
-  Phase phase = Phase::running;
+  WorkerGroup group;
   int restart_count = 0;
   int stop_signal = 0;  ///< a signal dtlaunch received and forwarded
-  bool drain_armed = false;
-  bool wrote_files = false;
-  bool console_alive[3] = {false, true, true};
-  std::string scratch;
   int exit_code = 0;
 
   int run() {
     signals.add(SIGCHLD);
     for (int sig : plan.signals) signals.add(sig);
     wait_signal();
-    start_attempt();
+    start();
     io.run();
     return exit_code;
+  }
+
+  void start() {
+    GroupEnv env = plan.group;
+    env.restart_count = restart_count;
+    group.start(env);
   }
 
   void wait_signal() {
     signals.async_wait([this](const boost::system::error_code& ec, int sig) {
       if (ec) return;
       if (sig == SIGCHLD) {
-        reap();
+        group.reap();
       } else {
         on_stop_signal(sig);
       }
-      if (phase != Phase::done) wait_signal();
+      wait_signal();
     });
-  }
-
-  // ---- starting ----
-
-  void start_attempt() {
-    phase = Phase::running;
-    drain_armed = false;
-    failures.clear();
-    for (auto& w : workers) retired.push_back(std::move(w));
-    workers.clear();
-    GroupEnv group = plan.group;
-    group.restart_count = restart_count;
-    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    try {
-      for (int lr = 0; lr < plan.nproc; ++lr) workers.push_back(start_worker(group, lr, devnull));
-    } catch (const std::exception& e) {
-      spdlog::error("cannot start worker {}: {}", workers.size(), e.what());
-      exit_code = 1;
-      stop_signal = SIGKILL;
-      begin_stop(SIGKILL);
-    }
-    ::close(devnull);
-    maybe_finish();
-  }
-
-  std::unique_ptr<Worker> start_worker(const GroupEnv& group, int lr, int stdin_fd) {
-    auto w = std::make_unique<Worker>(io);
-    w->local_rank = lr;
-    w->rank = group.base_rank + lr;
-    auto dir = logs.rank_dir(restart_count, lr);
-    w->error_file = (dir / "error.json").string();
-
-    int child_fds[3] = {stdin_fd, -1, -1};
-    int close_after[4] = {-1, -1, -1, -1};
-    const bool on_console = !plan.console_filter || plan.console_filter->count(lr);
-    for (int which : {1, 2}) {
-      Stream& s = which == 1 ? w->out : w->err;
-      bool to_file = has(plan.redirects.for_rank(lr), which) || has(plan.tee.for_rank(lr), which);
-      bool to_console = on_console && (!has(plan.redirects.for_rank(lr), which) || has(plan.tee.for_rank(lr), which));
-      if (!to_console) to_file = true;  // hidden from the console: kept in its file, never dropped
-      int file_fd = to_file ? open_log(dir / (which == 1 ? "stdout.log" : "stderr.log")) : -1;
-      wrote_files |= to_file;
-      if (!to_console) {
-        child_fds[which] = file_fd;  // the worker writes its file itself
-        close_after[which] = file_fd;
-        continue;
-      }
-      int p[2];
-      if (pipe2(p, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
-      child_fds[which] = p[1];
-      close_after[which] = p[1];
-      s.pipe.assign(p[0]);
-      s.open = true;
-      s.file_fd = file_fd;
-      s.console_fd = which;
-      s.prefixer = std::make_unique<LinePrefixer>(expand_prefix(plan.prefix_template, group.role, lr, w->rank));
-    }
-
-    WorkerSlot slot{lr, w->error_file, plan.cuda_visible_devices[lr]};
-    SpawnSpec spec{plan.exec_path, substitute_local_rank(plan.argv, lr),
-                   merge_environ(environ, worker_env(group, slot, config::process_env())), child_fds[0],
-                   child_fds[1], child_fds[2]};
-    w->pid = spawn_worker(spec);
-    w->running = true;
-    guard.watch(w->pid);
-    for (int fd : close_after) {
-      if (fd >= 0) ::close(fd);
-    }
-    for (Stream* s : {&w->out, &w->err}) {
-      if (s->open) read_more(*s);
-    }
-    return w;
-  }
-
-  // ---- output ----
-
-  void read_more(Stream& s) {
-    s.pipe.async_read_some(asio::buffer(s.buf), [this, &s](const boost::system::error_code& ec, size_t n) {
-      if (n > 0) deliver(s, n);
-      if (ec) {
-        if (s.open) close_stream(s);
-        maybe_finish();
-        return;
-      }
-      read_more(s);
-    });
-  }
-
-  void deliver(Stream& s, size_t n) {
-    if (s.file_fd >= 0) write_all(s.file_fd, s.buf.data(), n);
-    if (s.prefixer) {
-      scratch.clear();
-      s.prefixer->feed(std::string_view(s.buf.data(), n), scratch);
-      to_console(s.console_fd, scratch);
-    }
-  }
-
-  void to_console(int fd, const std::string& text) {
-    if (!text.empty() && console_alive[fd]) console_alive[fd] = write_all(fd, text.data(), text.size());
-  }
-
-  void close_stream(Stream& s) {
-    if (s.prefixer) {
-      scratch.clear();
-      s.prefixer->finish(scratch);
-      to_console(s.console_fd, scratch);
-    }
-    boost::system::error_code ignored;
-    s.pipe.close(ignored);
-    if (s.file_fd >= 0) ::close(s.file_fd);
-    s.file_fd = -1;
-    s.open = false;
-  }
-
-  // ---- exits ----
-
-  void reap() {
-    int status = 0;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-      auto now = std::chrono::system_clock::now();
-      if (pid == guard.pid()) {
-        spdlog::warn("the orphan guard (pid {}) exited; a SIGKILLed dtlaunch may now leave workers' children", pid);
-        continue;
-      }
-      for (auto& w : workers) {
-        if (w->pid != pid || !w->running) continue;
-        w->running = false;
-        bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && !w->signalled && phase == Phase::running) {
-          failures.push_back(describe_failure(w->local_rank, w->rank, pid, status, now, w->error_file));
-        }
-      }
-    }
-    if (phase == Phase::running) {
-      if (!failures.empty()) {
-        const auto& f = failures.front();
-        spdlog::warn("worker rank {} (local_rank {}, pid {}) failed with {}; stopping the other workers", f.rank,
-                     f.local_rank, f.pid,
-                     f.exitcode < 0 ? signal_name(-f.exitcode) : "exit code " + std::to_string(f.exitcode));
-        begin_stop(SIGTERM);
-      }
-    }
-    maybe_finish();
   }
 
   void on_stop_signal(int sig) {
-    if (phase == Phase::running) {
+    if (!group.active()) return;
+    if (stop_signal == 0) {
       spdlog::warn("received {}, stopping the workers", signal_name(sig));
       stop_signal = sig;
-      begin_stop(sig);
-    } else if (phase == Phase::stopping) {
+      group.stop(sig);
+    } else {
       spdlog::warn("received {} while stopping: killing the workers now", signal_name(sig));
       stop_signal = sig;
-      signal_workers(SIGKILL);
+      group.kill();
     }
   }
 
-  void signal_workers(int sig) {
-    for (auto& w : workers) {
-      if (!w->running) continue;
-      ::kill(-w->pid, sig);
-      w->signalled = true;
-    }
-  }
-
-  void begin_stop(int sig) {
-    phase = Phase::stopping;
-    signal_workers(sig);
-    if (sig == SIGKILL) return;
-    kill_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(plan.shutdown_timeout_s)));
-    kill_timer.async_wait([this](const boost::system::error_code& ec) {
-      if (ec || phase != Phase::stopping) return;
-      spdlog::warn("workers still running {}s after the stop signal: sending SIGKILL", plan.shutdown_timeout_s);
-      signal_workers(SIGKILL);
-    });
-  }
-
-  /// The attempt ends once every worker exited, every process they left behind is gone and their
-  /// output is drained.
-  void maybe_finish() {
-    if (phase == Phase::finishing || phase == Phase::done) return;
-    for (auto& w : workers) {
-      if (w->running) return;
-    }
-    if (kill_stragglers()) return;  // their SIGCHLD brings us back here
-    if (phase == Phase::running) phase = Phase::stopping;
-    bool open = false;
-    for (auto& w : workers) open |= w->out.open || w->err.open;
-    if (open) {
-      if (!drain_armed) {
-        drain_armed = true;
-        drain_timer.expires_after(kDrainTimeout);
-        drain_timer.async_wait([this](const boost::system::error_code& ec) {
-          if (ec || phase != Phase::stopping) return;
-          spdlog::warn("worker output still open {}s after the workers exited; closing it", kDrainTimeout.count());
-          for (auto& w : workers) {
-            for (Stream* s : {&w->out, &w->err}) {
-              if (s->open) close_stream(*s);
-            }
-          }
-          maybe_finish();
-        });
-      }
-      return;
-    }
-    phase = Phase::finishing;
-    kill_timer.cancel();
-    drain_timer.cancel();
-    finish_attempt();
-  }
-
-  /// SIGKILLs what is left in the workers' process groups and every adopted orphan; true while
-  /// any of them is still alive.
-  bool kill_stragglers() {
-    for (auto& w : workers) ::kill(-w->pid, SIGKILL);
-    bool any = false;
-    for (pid_t pid : child_processes()) {
-      if (pid == guard.pid()) continue;
-      ::kill(pid, SIGKILL);
-      any = true;
-    }
-    return any;
-  }
-
-  void finish_attempt() {
-    for (auto& w : workers) guard.forget(w->pid);
+  void on_finished(const WorkerGroup::Result& result) {
+    const auto& failures = result.failures;
     if (!failures.empty() && stop_signal == 0 && restart_count < plan.group.max_restarts) {
-      const auto& root = root_cause(failures);
       ++restart_count;
       spdlog::warn("restarting the workers ({} of {} restarts) after rank {} failed", restart_count,
-                   plan.group.max_restarts, root.rank);
-      start_attempt();
+                   plan.group.max_restarts, root_cause(failures).rank);
+      start();
       return;
     }
     if (!failures.empty()) {
-      std::string summary = "\n" + format_summary(plan.title, failures, host) + "\n";
-      to_console(2, summary);
-      if (stop_signal == 0) exit_code = exit_code_for(root_cause(failures));
+      write_to_stderr("\n" + format_summary(plan.title, failures, this_host()) + "\n");
+      exit_code = exit_code_for(root_cause(failures));
     }
-    if (stop_signal != 0 && stop_signal != SIGKILL) exit_code = 128 + stop_signal;
-    phase = Phase::done;
+    if (result.start_failed) exit_code = 1;
+    if (stop_signal != 0) exit_code = 128 + stop_signal;
     boost::system::error_code ignored;
     signals.cancel(ignored);
     io.stop();
@@ -393,6 +113,6 @@ Supervisor::Supervisor(asio::io_context& io, const LaunchPlan& plan, RunLogDir& 
     : impl_(std::make_unique<Impl>(io, plan, logs, guard)) {}
 Supervisor::~Supervisor() = default;
 int Supervisor::run() { return impl_->run(); }
-bool Supervisor::wrote_log_files() const { return impl_->wrote_files; }
+bool Supervisor::wrote_log_files() const { return impl_->group.wrote_log_files(); }
 
 }  // namespace dtl::launcher
