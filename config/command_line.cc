@@ -2,7 +2,9 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <algorithm>
 #include <stdexcept>
+#include <tuple>
 
 #include <CLI/CLI.hpp>
 
@@ -103,6 +105,55 @@ std::vector<int> parse_gpu_ids(const std::string& text) {
   return ids;
 }
 
+std::pair<int, int> parse_nnodes(const std::string& text) {
+  const char* what = "N or MIN:MAX with 0 < MIN <= MAX";
+  auto colon = text.find(':');
+  int min = static_cast<int>(parse_int(text.substr(0, colon), 1, 1 << 20, what));
+  int max = colon == std::string::npos ? min : static_cast<int>(parse_int(text.substr(colon + 1), 1, 1 << 20, what));
+  if (max < min) throw std::invalid_argument(std::string("expected ") + what);
+  return {min, max};
+}
+
+RdzvConf parse_rdzv_conf(const std::string& text) {
+  RdzvConf conf;
+  if (trim(text).empty()) return conf;
+  auto seconds = [](const std::string& key, const std::string& v) {
+    char* end = nullptr;
+    double s = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(s > 0) || s > 1e7) {
+      throw std::invalid_argument(key + " expects seconds > 0 (got '" + v + "')");
+    }
+    return s;
+  };
+  for (const auto& item : split(text, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos) throw std::invalid_argument("expected key=value pairs, got '" + item + "'");
+    std::string key = trim(item.substr(0, eq)), v = trim(item.substr(eq + 1));
+    if (key == "join_timeout" || key == "timeout") {
+      conf.join_timeout_s = seconds(key, v);
+    } else if (key == "last_call_timeout") {
+      conf.last_call_timeout_s = seconds(key, v);
+    } else if (key == "close_timeout") {
+      conf.close_timeout_s = seconds(key, v);
+    } else if (key == "keep_alive_interval") {
+      conf.keep_alive_interval_s = seconds(key, v);
+    } else if (key == "keep_alive_max_attempt") {
+      conf.keep_alive_max_attempt = static_cast<int>(parse_int(v, 1, 1000, "keep_alive_max_attempt: an integer >= 1"));
+    } else if (key == "heartbeat_timeout") {
+      conf.keep_alive_max_attempt = std::max(1, static_cast<int>(seconds(key, v) / conf.keep_alive_interval_s + 0.5));
+    } else if (key == "is_host") {
+      conf.is_host = parse_bool(v);
+    } else if (key == "read_timeout") {
+      seconds(key, v);  // torchrun's store read timeout: dtlaunch's reads are event-driven
+    } else {
+      throw std::invalid_argument("unknown key '" + key +
+                                  "' (known: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
+                                  "keep_alive_max_attempt, heartbeat_timeout, is_host, read_timeout)");
+    }
+  }
+  return conf;
+}
+
 std::vector<int> parse_signal_list(const std::string& text) {
   static const std::pair<const char*, int> known[] = {
       {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
@@ -164,8 +215,10 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   add("rdzv_backend", "rendezvous backend: static or c10d", "static");
   add("rdzv_endpoint", "rendezvous endpoint host[:port]");
   add("rdzv_id", "job id (alias of --run_id)");
-  add("rdzv_conf", "rendezvous settings k=v,k=v");
-  add("local_addr", "this node's address in the rendezvous");
+  add("rdzv_conf", "rendezvous settings k=v,k=v (join_timeout, last_call_timeout, keep_alive_interval, ...)");
+  add("local_addr", "this node's address, as its workers are reached");
+  add("rdzv_token", "shared secret that nodes prove with HMAC-SHA256 (never sent)", "", {"DTLAUNCH_RDZV_TOKEN"});
+  add("rdzv_token_file", "file holding the shared secret");
   add("run_id", "job id, exported as TORCHELASTIC_RUN_ID (default none)");
   add("max_restarts", "restarts of the worker group after a failure (default 0)", "0");
   add("monitor_interval", "accepted for torchrun compatibility; dtlaunch is event-driven");
@@ -229,17 +282,23 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
       return current->value;
     };
     o.nproc_per_node = parse_nproc(value("nproc_per_node"));
-    o.nnodes = trim(value("nnodes"));
-    if (o.nnodes != "1" && o.nnodes != "1:1") {
+    std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(value("nnodes"));
+    if (o.max_nodes != 1) {
       throw std::invalid_argument("multi-node launch is not implemented yet; only 1 node is supported");
     }
-    o.node_rank = static_cast<int>(parse_int(value("node_rank"), 0, 0, "0 on a single node"));
+    o.node_rank = static_cast<int>(parse_int(value("node_rank"), 0, o.max_nodes - 1,
+                                             ("a node rank in 0.." + std::to_string(o.max_nodes - 1)).c_str()));
     o.standalone = parse_bool(value("standalone"));
     o.master_addr = trim(value("master_addr"));
     if (o.master_addr.empty()) throw std::invalid_argument("expected a host name or address");
     o.master_port = static_cast<int>(parse_int(value("master_port"), 0, 65535, "a port in 0..65535"));
-    std::string backend = trim(value("rdzv_backend"));
-    if (backend != "static" && backend != "c10d") throw std::invalid_argument("expected static or c10d");
+    o.rdzv_backend = trim(value("rdzv_backend"));
+    if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d") throw std::invalid_argument("expected static or c10d");
+    o.rdzv_endpoint = trim(value("rdzv_endpoint"));
+    o.rdzv_conf = parse_rdzv_conf(value("rdzv_conf"));
+    o.local_addr = trim(value("local_addr"));
+    o.rdzv_token = value("rdzv_token");
+    o.rdzv_token_file = value("rdzv_token_file");
     std::string rdzv_id = value("rdzv_id");
     std::string run_id = value("run_id");
     o.run_id = !run_id.empty() ? run_id : !rdzv_id.empty() ? rdzv_id : "none";

@@ -32,5 +32,8 @@ StreamsSpec parse_streams(const std::string& text);
 std::set<int> parse_rank_list(const std::string& text);
 std::vector<int> parse_signal_list(const std::string& text);
 std::vector<int> parse_gpu_ids(const std::string& text);
+/// `--nnodes`: N or MIN:MAX with 0 < MIN <= MAX.
+std::pair<int, int> parse_nnodes(const std::string& text);
+RdzvConf parse_rdzv_conf(const std::string& text);
 
 }  // namespace dtl::config

@@ -35,10 +35,27 @@ enum class GpuVisibility {
   all,         ///< every worker sees every selected GPU (torchrun's behaviour)
 };
 
+/// `--rdzv_conf k=v,...`: torchrun's keys; dtlaunch's liveness defaults notice a lost node in 2 s.
+struct RdzvConf {
+  double join_timeout_s = 600;
+  double last_call_timeout_s = 30;
+  double close_timeout_s = 30;
+  double keep_alive_interval_s = 0.5;
+  int keep_alive_max_attempt = 4;
+  std::optional<bool> is_host;  ///< unset: host when the endpoint is one of this machine's addresses
+};
+
 struct LaunchOptions {
   NprocSpec nproc_per_node;
-  std::string nnodes = "1";
+  int min_nodes = 1;  ///< --nnodes N or MIN:MAX
+  int max_nodes = 1;
   int node_rank = 0;
+  std::string rdzv_backend = "static";  ///< static or c10d
+  std::string rdzv_endpoint;            ///< host[:port]; static: master_addr:master_port
+  RdzvConf rdzv_conf;
+  std::string local_addr;               ///< this node's address for its workers; empty: as the server sees it
+  std::string rdzv_token;               ///< --rdzv_token or DTLAUNCH_RDZV_TOKEN; empty: unauthenticated
+  std::string rdzv_token_file;
   bool standalone = false;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  ///< 0: pick a free port

@@ -1,0 +1,94 @@
+#include "config/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace dtl::config {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+bool write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+ReadFile disk_files() {
+  return [](const std::string& path) -> FileRead {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return {errno == ENOENT ? FileRead::Status::missing : FileRead::Status::error, errno_text()};
+    }
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      return {FileRead::Status::error, "it is a directory"};
+    }
+    FileRead out;
+    char buf[8192];
+    while (true) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        out = {FileRead::Status::error, errno_text()};
+        break;
+      }
+      if (n == 0) break;
+      out.text.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    return out;
+  };
+}
+
+std::string write_file_atomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return "cannot create " + dir.string() + ": " + ec.message();
+
+  std::string tmp = (dir / ("." + target.filename().string() + ".XXXXXX")).string();
+  int fd = mkstemp(tmp.data());
+  if (fd < 0) return "cannot create a file in " + dir.string() + ": " + errno_text();
+  auto fail = [&](const std::string& what) {
+    std::string why = what + ": " + errno_text();
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return why;
+  };
+  if (fchmod(fd, 0644) != 0) return fail("cannot set the permissions of " + tmp);
+  if (!write_all(fd, text)) return fail("cannot write " + tmp);
+  if (fsync(fd) != 0) return fail("cannot sync " + tmp);
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return "cannot write " + tmp + ": " + errno_text();
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string why = "cannot rename " + tmp + " to " + path + ": " + errno_text();
+    ::unlink(tmp.c_str());
+    return why;
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);  // the rename itself survives a crash
+    ::close(dfd);
+  }
+  return "";
+}
+
+}  // namespace dtl::config

@@ -1,0 +1,25 @@
+// Reading and writing whole files, behind a function type so that config parsing is tested without
+// a disk, and one atomic write for everything dtlaunch writes for the user.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace dtl::config {
+
+struct FileRead {
+  enum class Status { ok, missing, error } status = Status::ok;
+  std::string text;  ///< the contents, or why it could not be read ("Permission denied")
+};
+
+using ReadFile = std::function<FileRead(const std::string& path)>;
+
+/// The real disk.
+ReadFile disk_files();
+
+/// Writes `text` to `path` through a temporary file in the same directory (fsync, rename, fsync of the
+/// directory), creating missing parent directories: readers see the old file or the new one, never
+/// half of one. Returns "" on success, else why it failed.
+std::string write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace dtl::config
