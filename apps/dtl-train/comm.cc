@@ -1,0 +1,223 @@
+#include "comm.h"
+
+#include <thread>
+
+#include <ATen/Functions.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if defined(DTL_WITH_NCCL) && defined(USE_C10D_NCCL)
+#define DTL_NCCL 1
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "report.h"
+
+namespace dtl::train {
+
+bool built_with_nccl() {
+#ifdef DTL_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+Comm::~Comm() {
+#if defined(DTL_NCCL) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2))
+  if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(pg.get())) {
+    try {
+      nccl->shutdown();
+    } catch (...) {
+    }
+  }
+#endif
+}
+
+std::unique_ptr<Comm> connect(const LaunchEnv& env, const std::string& backend, c10::Device device,
+                              std::chrono::milliseconds timeout) {
+  auto comm = std::make_unique<Comm>();
+  comm->rank = env.rank;
+  comm->world = env.world_size;
+  comm->backend = backend;
+  if (env.master_port == 0) {
+    comm->store = c10::make_intrusive<c10d::HashStore>();
+  } else {
+    c10d::TCPStoreOptions so;  // fields one by one: the constructor overloads differ across versions
+    so.port = static_cast<uint16_t>(env.master_port);
+    so.isServer = env.rank == 0;
+    so.numWorkers = env.world_size;
+    so.waitWorkers = true;
+    so.timeout = timeout;
+    comm->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  }
+  comm->store->setTimeout(timeout);
+
+  if (backend == "gloo") {
+    auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+    for (const auto& name : env.gloo_ifnames) {  // libtorch's C++ API does not read GLOO_SOCKET_IFNAME itself
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+    }
+    if (o->devices.empty()) o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    comm->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(comm->store, env.rank, env.world_size, o);
+    return comm;
+  }
+#ifdef DTL_NCCL
+  // NCCL creates its communicators on the current device: bind it before the first collective.
+  c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
+  auto o = c10d::ProcessGroupNCCL::Options::create();
+  o->timeout = timeout;
+  comm->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(comm->store, env.rank, env.world_size, o);
+  return comm;
+#else
+  (void)device;
+  throw UsageError("--backend " + backend + ": this dtl-train was built without NCCL (scripts/build-cuda.sh builds one with it)");
+#endif
+}
+
+void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> flat_parts;
+  for (const auto& t : tensors) flat_parts.push_back(t.detach().reshape({-1}));
+  std::vector<at::Tensor> flat{at::cat(flat_parts)};
+  c10d::BroadcastOptions o;
+  o.rootRank = 0;
+  comm.pg->broadcast(flat, o)->wait();
+  int64_t offset = 0;
+  for (const auto& t : tensors) {
+    t.detach().copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
+  }
+}
+
+double allreduce_mean(Comm& comm, const at::Tensor& scalar) {
+  std::vector<at::Tensor> t{scalar.detach().to(at::kDouble).reshape({1}).clone()};
+  comm.pg->allreduce(t)->wait();
+  return t[0].item<double>() / comm.world;
+}
+
+Reducer::Reducer(Comm& comm, std::vector<at::Tensor> params, std::vector<std::string> names, size_t bucket_bytes,
+                 bool measure_overlap)
+    : comm_(comm), params_(std::move(params)), names_(std::move(names)), measure_overlap_(measure_overlap) {
+  slots_.resize(params_.size());
+  seen_.resize(params_.size());
+  // Like DDP, the first bucket is small (1 MB) so that communication starts early in backward.
+  size_t bytes = 0, cap = std::min<size_t>(bucket_bytes, 1 << 20);
+  for (size_t i = params_.size(); i-- > 0;) {
+    const size_t size = params_[i].numel() * params_[i].element_size();
+    if (buckets_.empty() || (bytes > 0 && bytes + size > cap)) {
+      if (!buckets_.empty()) cap = bucket_bytes;
+      buckets_.emplace_back();
+      bytes = 0;
+    }
+    buckets_.back().params.push_back(i);
+    slots_[i].bucket = buckets_.size() - 1;
+    bytes += size;
+  }
+  for (auto& b : buckets_) {
+    int64_t n = 0;
+    for (size_t i : b.params) {
+      slots_[i].offset = n;
+      n += params_[i].numel();
+    }
+    b.buffer = at::zeros({n}, params_[b.params.front()].options());
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          on_grad(i);
+          return outputs;
+        }));
+    accumulators_.push_back(std::move(acc));  // the tensor holds it weakly; the hook dies with it
+  }
+}
+
+double Reducer::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+}
+
+void Reducer::prepare(bool sync) {
+  sync_ = sync;
+  if (!sync) return;
+  next_launch_ = 0;
+  std::fill(seen_.begin(), seen_.end(), 0);
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.work.reset();
+    b.end.store(0);
+    b.has_callback = false;
+  }
+}
+
+void Reducer::on_grad(size_t index) {
+  if (!sync_ || seen_[index]) return;
+  seen_[index] = 1;
+  const Slot& s = slots_[index];
+  Bucket& b = buckets_[s.bucket];
+  const auto& p = params_[index];
+  b.buffer.narrow(0, s.offset, p.numel()).view_as(p).copy_(p.grad());
+  if (--b.pending > 0) return;
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
+}
+
+void Reducer::launch(Bucket& b) {
+  if (comm_.world > 1) b.buffer.div_(comm_.world);  // Gloo has no AVG: pre-divide, then SUM
+  b.start = now();
+  std::vector<at::Tensor> tensors{b.buffer};
+  b.work = comm_.pg->allreduce(tensors);
+  if (!measure_overlap_) return;
+  try {
+    b.work->getFuture()->addCallback([this, &b](c10::ivalue::Future&) { b.end.store(now()); });
+    b.has_callback = true;
+  } catch (const std::exception&) {
+    measure_overlap_ = false;  // this backend's work has no future: only the wait is measured
+  }
+}
+
+at::Tensor Reducer::finish(double max_norm) {
+  const double backward_end = now();
+  if (next_launch_ < buckets_.size()) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!seen_[i]) {
+        throw std::runtime_error("parameter " + names_[i] +
+                                 " received no gradient in backward; every parameter must take part in the loss");
+      }
+    }
+  }
+  std::vector<CommInterval> intervals;
+  for (auto& b : buckets_) {
+    b.work->wait();
+    if (b.has_callback) {
+      while (b.end.load() == 0) std::this_thread::yield();  // the callback runs right after completion
+    } else {
+      b.end.store(now());
+    }
+    intervals.push_back({b.start, b.end.load()});
+  }
+  last_wait_s_ = now() - backward_end;
+  last_timing_ = comm_timing(std::move(intervals), backward_end);
+
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> norms;
+  for (auto& b : buckets_) norms.push_back(b.buffer.norm());
+  at::Tensor norm = at::stack(norms).norm();
+  if (max_norm > 0) {
+    at::Tensor coef = at::clamp_max(max_norm / (norm + 1e-6), 1.0);
+    for (auto& b : buckets_) b.buffer.mul_(coef);
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Slot& s = slots_[i];
+    params_[i].mutable_grad() = buckets_[s.bucket].buffer.narrow(0, s.offset, params_[i].numel()).view_as(params_[i]);
+  }
+  return norm;
+}
+
+void Reducer::zero_grad() {
+  for (auto& p : params_) p.mutable_grad().reset();
+}
+
+}  // namespace dtl::train

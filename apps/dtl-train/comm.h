@@ -1,0 +1,119 @@
+// The process group (TCPStore hosted by rank 0; Gloo, or NCCL when built with it) and the
+// gradient reducer: c10d::Reducer does not compile against Debian's libtorch, so this is ours.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+
+#include "metrics.h"
+#include "options.h"
+
+namespace dtl::train {
+
+#if TORCH_VERSION_MAJOR >= 2
+using ProcessGroupBase = c10d::Backend;  // Gloo and NCCL derive from Backend since 2.0
+#else
+using ProcessGroupBase = c10d::ProcessGroup;
+#endif
+
+/// True when this build can use NCCL (libtorch with USE_C10D_NCCL and DTL_WITH_NCCL).
+bool built_with_nccl();
+
+struct Comm {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<ProcessGroupBase> pg;
+  std::string backend;
+  int rank = 0;
+  int world = 1;
+  ~Comm();  ///< shuts NCCL down cleanly
+};
+
+/// Rank 0 hosts the TCPStore at MASTER_ADDR:MASTER_PORT, the others connect; then the backend's
+/// process group. A single process without MASTER_PORT uses an in-memory store. `timeout` bounds
+/// the store and every collective, so a dead or stuck peer fails this rank instead of hanging it.
+std::unique_ptr<Comm> connect(const LaunchEnv& env, const std::string& backend, c10::Device device,
+                              std::chrono::milliseconds timeout);
+
+/// Makes every rank's tensors equal to rank 0's (one flat broadcast).
+void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors);
+
+/// The mean of a scalar over the ranks.
+double allreduce_mean(Comm& comm, const at::Tensor& scalar);
+
+/// Averages gradients across ranks while backward runs: parameters are packed into buckets in
+/// reverse registration order (roughly the order backward produces gradients); a hook on each
+/// parameter's AccumulateGrad node copies its gradient into the bucket, and a full bucket starts
+/// its allreduce, always in bucket order so every rank issues the same collectives in the same order.
+class Reducer {
+ public:
+  Reducer(Comm& comm, std::vector<at::Tensor> params, std::vector<std::string> names, size_t bucket_bytes,
+          bool measure_overlap);
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  /// Before each micro-batch's backward: only the last one of a step (`sync`) communicates.
+  void prepare(bool sync);
+
+  /// After the last backward: waits for every bucket, clips the averaged gradient to `max_norm`
+  /// (0: no clipping) and leaves it in each parameter's .grad (a view into its bucket).
+  /// Returns the global gradient norm before clipping, as a 0-dim tensor (no device sync).
+  at::Tensor finish(double max_norm);
+
+  /// Drops the gradients (their storage is the buckets') before the next step.
+  void zero_grad();
+
+  size_t bucket_count() const { return buckets_.size(); }
+  double last_wait_s() const { return last_wait_s_; }  ///< time finish() waited for communication
+  CommTiming last_timing() const { return last_timing_; }
+  bool measures_overlap() const { return measure_overlap_; }
+
+ private:
+  struct Bucket {
+    at::Tensor buffer;
+    std::vector<size_t> params;
+    size_t pending = 0;
+    c10::intrusive_ptr<c10d::Work> work;
+    double start = 0;
+    std::atomic<double> end{0};
+    bool has_callback = false;
+  };
+  struct Slot {
+    size_t bucket = 0;
+    int64_t offset = 0;
+  };
+
+  void on_grad(size_t index);
+  void launch(Bucket& b);
+  double now() const;
+
+  Comm& comm_;
+  std::vector<at::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  ///< hooks live on these
+  std::deque<Bucket> buckets_;
+  std::vector<Slot> slots_;
+  std::vector<char> seen_;
+  size_t next_launch_ = 0;
+  bool sync_ = false;
+  bool measure_overlap_;
+  std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
+  double last_wait_s_ = 0;
+  CommTiming last_timing_;
+};
+
+}  // namespace dtl::train

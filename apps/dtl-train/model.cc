@@ -1,0 +1,91 @@
+#include "model.h"
+
+#include <cmath>
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/dropout.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/init.h>
+#include <torch/version.h>
+
+namespace dtl::train {
+
+namespace F = torch::nn::functional;
+
+BlockImpl::BlockImpl(const ModelShape& s) : heads_(s.heads), dropout_(s.dropout) {
+  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.width})));
+  qkv_ = register_module("qkv", torch::nn::Linear(s.width, 3 * s.width));
+  proj_ = register_module("proj", torch::nn::Linear(s.width, s.width));
+  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.width})));
+  fc_ = register_module("fc", torch::nn::Linear(s.width, 4 * s.width));
+  fc_proj_ = register_module("fc_proj", torch::nn::Linear(4 * s.width, s.width));
+#if TORCH_VERSION_MAJOR < 2
+  causal_mask_ = register_buffer("causal_mask", torch::ones({s.context, s.context}, torch::kBool).triu(1));
+#endif
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  const auto B = x.size(0), T = x.size(1), C = x.size(2);
+  const bool train = is_training() && dropout_ > 0;
+  auto qkv = qkv_->forward(ln1_->forward(x)).view({B, T, 3, heads_, C / heads_}).permute({2, 0, 3, 1, 4});
+  auto q = qkv[0], k = qkv[1], v = qkv[2];  // (B, heads, T, head width)
+#if TORCH_VERSION_MAJOR >= 2
+  auto y = at::scaled_dot_product_attention(q, k, v, {}, train ? dropout_ : 0.0, /*is_causal=*/true);
+#else
+  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(C / heads_)));
+  att = att.masked_fill(causal_mask_.narrow(0, 0, T).narrow(1, 0, T), -std::numeric_limits<float>::infinity());
+  att = torch::softmax(att, -1);
+  if (train) att = F::dropout(att, F::DropoutFuncOptions().p(dropout_).training(true));
+  auto y = torch::matmul(att, v);
+#endif
+  y = proj_->forward(y.transpose(1, 2).reshape({B, T, C}));
+  if (train) y = F::dropout(y, F::DropoutFuncOptions().p(dropout_).training(true));
+  auto h = x + y;
+  auto m = fc_proj_->forward(torch::gelu(fc_->forward(ln2_->forward(h)), "tanh"));
+  if (train) m = F::dropout(m, F::DropoutFuncOptions().p(dropout_).training(true));
+  return h + m;
+}
+
+GptImpl::GptImpl(const ModelShape& s) : shape_(s) {
+  tok_ = register_module("tok", torch::nn::Embedding(s.vocab, s.width));
+  pos_ = register_module("pos", torch::nn::Embedding(s.context, s.width));
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int i = 0; i < s.layers; ++i) blocks_->push_back(Block(s));
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.width})));
+
+  // GPT-2: N(0, 0.02) everywhere, residual projections scaled down by sqrt(2 * layers).
+  torch::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * s.layers);
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    if (name.ends_with(".bias")) {
+      p.zero_();
+    } else if (name.find("ln") != std::string::npos) {
+      p.fill_(1.0);
+    } else if (name.ends_with("proj.weight")) {
+      p.normal_(0.0, residual_std);
+    } else {
+      p.normal_(0.0, 0.02);
+    }
+  }
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+  const auto T = tokens.size(1);
+  auto x = tok_->forward(tokens) + pos_->weight.narrow(0, 0, T);
+  if (is_training() && shape_.dropout > 0) {
+    x = F::dropout(x, F::DropoutFuncOptions().p(shape_.dropout).training(true));
+  }
+  for (auto& block : *blocks_) x = block->as<Block>()->forward(x);
+  return torch::linear(ln_f_->forward(x), tok_->weight);
+}
+
+torch::Tensor GptImpl::loss(const torch::Tensor& tokens) {
+  const auto T = tokens.size(1) - 1;
+  auto logits = forward(tokens.narrow(1, 0, T));
+  auto targets = tokens.narrow(1, 1, T);
+  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}));
+}
+
+}  // namespace dtl::train

@@ -1,0 +1,48 @@
+// A GPT-2-style decoder-only transformer: token and learned position embeddings, pre-norm blocks
+// of causal self-attention and a 4x GELU MLP, final LayerNorm, output tied to the token embedding.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include "options.h"
+
+namespace dtl::train {
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  BlockImpl(const ModelShape& shape);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  int heads_;
+  double dropout_;
+  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
+  torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc_{nullptr}, fc_proj_{nullptr};
+  torch::Tensor causal_mask_;  ///< only where scaled_dot_product_attention is missing (libtorch 1.x)
+};
+TORCH_MODULE(Block);
+
+class GptImpl : public torch::nn::Module {
+ public:
+  /// Initialises with GPT-2's scheme from the current torch seed.
+  explicit GptImpl(const ModelShape& shape);
+  /// (batch, time) token ids -> (batch, time, vocab) logits.
+  torch::Tensor forward(const torch::Tensor& tokens);
+  /// Mean next-token cross-entropy of (batch, context + 1) tokens, computed in fp32.
+  torch::Tensor loss(const torch::Tensor& tokens);
+  const ModelShape& shape() const { return shape_; }
+
+ private:
+  ModelShape shape_;
+  torch::nn::Embedding tok_{nullptr}, pos_{nullptr};
+  torch::nn::ModuleList blocks_;
+  torch::nn::LayerNorm ln_f_{nullptr};
+};
+TORCH_MODULE(Gpt);
+
+}  // namespace dtl::train

@@ -1,0 +1,209 @@
+#include "options.h"
+
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+
+#include <CLI/CLI.hpp>
+
+namespace dtl::train {
+namespace {
+
+/// Presets fill the model shape and batch; flags given on the command line override them.
+std::optional<TrainOptions> preset(const std::string& name) {
+  TrainOptions o;
+  o.preset = name;
+  if (name == "default") return o;  // ~10.8M parameters: trains in seconds on a CPU
+  if (name == "tiny") {
+    o.model = {2, 64, 4, 32, 256, 0.0};
+    return o;
+  }
+  if (name == "gpt2-small") {  // GPT-2 small's shape (124M parameters with the tied embedding)
+    o.model = {12, 768, 12, 1024, 50304, 0.0};
+    o.lr = 6e-4;
+    return o;
+  }
+  return std::nullopt;
+}
+
+/// The preset is applied before the other flags, wherever it appears.
+std::string find_preset(const std::vector<std::string>& args) {
+  std::string name = "default";
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--preset" && i + 1 < args.size()) name = args[i + 1];
+    if (args[i].rfind("--preset=", 0) == 0) name = args[i].substr(9);
+  }
+  return name;
+}
+
+int parse_int(const EnvLookup& env, const std::string& name, int fallback, int min) {
+  auto v = env(name);
+  if (!v || v->empty()) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  long n = std::strtol(v->c_str(), &end, 10);
+  if (errno || *end || n < min || n > 1'000'000'000) {
+    throw std::invalid_argument(name + ": expected an integer >= " + std::to_string(min) + " (got '" + *v + "')");
+  }
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+std::string check_options(const TrainOptions& o) {
+  std::ostringstream e;
+  const ModelShape& m = o.model;
+  if (m.layers < 1) e << "--layers must be >= 1 (got " << m.layers << ")";
+  else if (m.width < 1) e << "--width must be >= 1 (got " << m.width << ")";
+  else if (m.heads < 1) e << "--heads must be >= 1 (got " << m.heads << ")";
+  else if (m.width % m.heads != 0) e << "--heads " << m.heads << " does not divide --width " << m.width;
+  else if (m.context < 1) e << "--context must be >= 1 (got " << m.context << ")";
+  else if (m.vocab < 2) e << "--vocab must be >= 2 (got " << m.vocab << ")";
+  else if (!o.data.empty() && m.vocab < 256)
+    e << "--data is read as bytes and needs --vocab >= 256 (got " << m.vocab << ")";
+  else if (m.dropout < 0 || m.dropout >= 1) e << "--dropout must be in [0, 1) (got " << m.dropout << ")";
+  else if (o.batch_size < 1) e << "--batch_size must be >= 1 (got " << o.batch_size << ")";
+  else if (o.grad_accum < 1) e << "--grad_accum must be >= 1 (got " << o.grad_accum << ")";
+  else if (o.steps < 0) e << "--steps must be >= 0 (got " << o.steps << ")";
+  else if (!(o.lr > 0)) e << "--lr must be > 0 (got " << o.lr << ")";
+  else if (o.min_lr > o.lr) e << "--min_lr " << o.min_lr << " is above --lr " << o.lr;
+  else if (o.weight_decay < 0) e << "--weight_decay must be >= 0 (got " << o.weight_decay << ")";
+  else if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1)
+    e << "--beta1 and --beta2 must be in [0, 1) (got " << o.beta1 << ", " << o.beta2 << ")";
+  else if (o.grad_clip < 0) e << "--grad_clip must be >= 0 (got " << o.grad_clip << ")";
+  else if (o.backend != "auto" && o.backend != "nccl" && o.backend != "gloo")
+    e << "--backend must be auto, nccl or gloo (got '" << o.backend << "')";
+  else if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
+    e << "--device must be auto, cpu or cuda (got '" << o.device << "')";
+  else if (o.mixed_precision != "no" && o.mixed_precision != "bf16")
+    e << "--mixed_precision must be no or bf16 (got '" << o.mixed_precision << "')";
+  else if (!(o.bucket_mb > 0)) e << "--bucket_mb must be > 0 (got " << o.bucket_mb << ")";
+  else if (!(o.timeout_s > 0)) e << "--timeout must be > 0 seconds (got " << o.timeout_s << ")";
+  else if (o.checkpoint_every < 1) e << "--checkpoint_every must be >= 1 (got " << o.checkpoint_every << ")";
+  else if (o.log_every < 1) e << "--log_every must be >= 1 (got " << o.log_every << ")";
+  else if (o.fail_how != "raise" && o.fail_how != "kill")
+    e << "--fail_how must be raise or kill (got '" << o.fail_how << "')";
+  return e.str();
+}
+
+ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLookup& env) {
+  CLI::App app{"dtl-train: data-parallel training of a small decoder-only transformer (libtorch, NCCL or Gloo).\n"
+               "Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT as set by dtlaunch or torchrun.",
+               "dtl-train"};
+  const std::string preset_name = find_preset(args);
+  auto preset_options = preset(preset_name);
+  if (!preset_options) {
+    return {std::nullopt, 2, "dtl-train: error: --preset must be default, tiny or gpt2-small (got '" + preset_name + "')"};
+  }
+  TrainOptions v = *preset_options;  // flags given on the command line override the preset
+  app.add_option("--preset", v.preset, "default (~10M parameters), tiny, or gpt2-small (124M)");
+  app.add_option("--layers", v.model.layers, "transformer blocks");
+  app.add_option("--width", v.model.width, "model width (embedding size)");
+  app.add_option("--heads", v.model.heads, "attention heads; must divide --width");
+  app.add_option("--context,--seq_len", v.model.context, "tokens per sequence");
+  app.add_option("--vocab", v.model.vocab, "vocabulary size (>= 256 with --data)");
+  app.add_option("--dropout", v.model.dropout, "dropout probability (default 0)");
+  app.add_option("--batch_size", v.batch_size, "sequences per rank per micro-batch (global batch = this x world x grad_accum)");
+  app.add_option("--grad_accum", v.grad_accum, "micro-batches per step; gradients are communicated on the last only");
+  app.add_option("--steps", v.steps, "optimizer steps in total (a resumed run continues up to this)");
+  app.add_option("--lr", v.lr, "peak learning rate (AdamW)");
+  app.add_option("--min_lr", v.min_lr, "learning rate at the end of the cosine (default lr/10)");
+  app.add_option("--warmup", v.warmup, "linear warmup steps (default min(100, steps/10))");
+  app.add_option("--weight_decay", v.weight_decay, "AdamW weight decay on matrices (default 0.1)");
+  app.add_option("--beta1", v.beta1, "AdamW beta1 (default 0.9)");
+  app.add_option("--beta2", v.beta2, "AdamW beta2 (default 0.95)");
+  app.add_option("--grad_clip", v.grad_clip, "clip the global gradient norm to this; 0 disables (default 1)");
+  app.add_option("--seed", v.seed, "seed of the initial parameters and of the synthetic data");
+  app.add_option("--data", v.data, "text file for byte-level language modelling (default: synthetic tokens)");
+  app.add_option("--backend", v.backend, "auto, nccl or gloo (auto: NCCL on CUDA when built with it, else Gloo)");
+  app.add_option("--device", v.device, "auto, cpu or cuda");
+  auto* mp = app.add_option("--mixed_precision", v.mixed_precision,
+                 "no or bf16 (default: ACCELERATE_MIXED_PRECISION, else no)");
+  app.add_option("--bucket_mb", v.bucket_mb, "gradient bucket size in MB for the overlapped allreduce (default 25)");
+  app.add_option("--timeout", v.timeout_s, "seconds a collective may wait for a peer before failing (default 300)");
+  app.add_option("--checkpoint_dir", v.checkpoint_dir, "directory of the checkpoint; resumed from at start when present");
+  app.add_option("--checkpoint_every", v.checkpoint_every, "steps between checkpoints (default 50)");
+  app.add_option("--metrics", v.metrics, "JSON-lines file of the logged steps (rank 0)");
+  app.add_option("--log_every", v.log_every, "steps between log lines (default 10)");
+  app.add_option("--dump_params", v.dump_params, "directory where each rank writes its final parameters (rank<R>.bin)");
+  app.add_option("--fail_at_step", v.fail_at_step, "testing: fail at the start of this step on the first attempt");
+  app.add_option("--fail_rank", v.fail_rank, "testing: the rank that fails (default 0)");
+  app.add_option("--fail_how", v.fail_how, "testing: raise (exception, error file) or kill (SIGKILL)");
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    return {std::nullopt, 0, app.help()};
+  } catch (const CLI::ParseError& e) {
+    return {std::nullopt, 2, std::string("dtl-train: error: ") + e.what() + " (see dtl-train --help)"};
+  }
+  if (!mp->count()) {
+    if (auto acc = env("ACCELERATE_MIXED_PRECISION"); acc && !acc->empty()) {
+      if (*acc != "no" && *acc != "bf16") {
+        return {std::nullopt, 2,
+                "dtl-train: error: ACCELERATE_MIXED_PRECISION=" + *acc + " is not supported (use no or bf16)"};
+      }
+      v.mixed_precision = *acc;
+    }
+  }
+  if (std::string problem = check_options(v); !problem.empty()) {
+    return {std::nullopt, 2, "dtl-train: error: " + problem};
+  }
+  return {v, 0, ""};
+}
+
+LaunchEnv read_launch_env(const EnvLookup& env) {
+  LaunchEnv e;
+  e.rank = parse_int(env, "RANK", 0, 0);
+  e.world_size = parse_int(env, "WORLD_SIZE", 1, 1);
+  e.local_rank = parse_int(env, "LOCAL_RANK", 0, 0);
+  e.master_port = parse_int(env, "MASTER_PORT", 0, 1);
+  e.restart_count = parse_int(env, "TORCHELASTIC_RESTART_COUNT", 0, 0);
+  if (e.master_port > 65535) throw std::invalid_argument("MASTER_PORT: not a port (got " + std::to_string(e.master_port) + ")");
+  if (auto a = env("MASTER_ADDR"); a && !a->empty()) e.master_addr = *a;
+  if (auto f = env("TORCHELASTIC_ERROR_FILE")) e.error_file = *f;
+  e.cuda_visible_devices = env("CUDA_VISIBLE_DEVICES");
+  if (auto names = env("GLOO_SOCKET_IFNAME"); names && !names->empty()) {
+    std::stringstream s(*names);
+    for (std::string n; std::getline(s, n, ',');) {
+      if (!n.empty()) e.gloo_ifnames.push_back(n);
+    }
+  }
+  if (e.rank >= e.world_size) {
+    throw std::invalid_argument("RANK=" + std::to_string(e.rank) + " is not below WORLD_SIZE=" +
+                                std::to_string(e.world_size));
+  }
+  if (e.world_size > 1 && e.master_port == 0) {
+    throw std::invalid_argument("WORLD_SIZE=" + std::to_string(e.world_size) +
+                                " but MASTER_PORT is not set (start dtl-train with dtlaunch or torchrun)");
+  }
+  return e;
+}
+
+int cuda_index_for(int local_rank, int visible_devices) {
+  if (local_rank < visible_devices) return local_rank;
+  if (visible_devices == 1) return 0;
+  return -1;
+}
+
+long long parameter_count(const ModelShape& s) {
+  const long long w = s.width;
+  const long long block = 2 * 2 * w + (3 * w * w + 3 * w) + (w * w + w) + (4 * w * w + 4 * w) + (4 * w * w + w);
+  return static_cast<long long>(s.vocab) * w + static_cast<long long>(s.context) * w + s.layers * block + 2 * w;
+}
+
+double flops_per_token(const ModelShape& s) {
+  // 6 FLOPs per parameter and token (the position table does no matmul) + attention (PaLM's 12 L C T).
+  const double n = static_cast<double>(parameter_count(s) - static_cast<long long>(s.context) * s.width);
+  return 6.0 * n + 12.0 * s.layers * s.width * s.context;
+}
+
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+}
+
+}  // namespace dtl::train

@@ -1,0 +1,99 @@
+// dtl-train's flags and the launcher's environment, parsed into plain structs and checked before
+// anything heavy starts, so bad input costs one line and exit code 2 instead of a stack trace.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtl::train {
+
+/// Looks up an environment variable; std::nullopt when unset (tests pass a map).
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+struct ModelShape {
+  int layers = 6;
+  int width = 384;
+  int heads = 6;
+  int context = 128;  ///< tokens per sequence the model sees
+  int vocab = 256;
+  double dropout = 0.0;
+};
+
+struct TrainOptions {
+  ModelShape model;
+  std::string preset = "default";
+  int batch_size = 8;  ///< sequences per rank per micro-batch
+  int grad_accum = 1;  ///< micro-batches per optimizer step; only the last one communicates
+  long long steps = 100;
+  double lr = 1e-3;
+  double min_lr = -1;  ///< end of the cosine; negative means lr / 10
+  long long warmup = -1;  ///< warmup steps; negative means min(100, steps / 10)
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double grad_clip = 1.0;  ///< max global gradient norm; 0 disables clipping
+  unsigned long long seed = 1234;
+  std::string data;  ///< text file for byte-level LM; empty means synthetic tokens
+  std::string backend = "auto";  ///< auto, nccl or gloo
+  std::string device = "auto";   ///< auto, cpu or cuda
+  std::string mixed_precision = "no";  ///< no or bf16
+  double bucket_mb = 25;
+  double timeout_s = 300;  ///< collectives and the store give up after this long
+  std::string checkpoint_dir;
+  long long checkpoint_every = 50;
+  std::string metrics;  ///< JSON-lines file written by rank 0
+  long long log_every = 10;
+  std::string dump_params;  ///< directory: each rank writes its final parameters there
+  long long fail_at_step = -1;  ///< fault injection for tests, only on the first attempt
+  int fail_rank = 0;
+  std::string fail_how = "raise";  ///< raise (error file, exit 1) or kill (SIGKILL, no error file)
+
+  double effective_min_lr() const { return min_lr < 0 ? lr / 10 : min_lr; }
+  long long effective_warmup() const { return warmup < 0 ? std::min<long long>(100, steps / 10) : warmup; }
+};
+
+/// What torchrun (or dtlaunch) tells a worker about its place in the job.
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  ///< 0: not launched; a single process then needs no store
+  int restart_count = 0;
+  std::string error_file;  ///< TORCHELASTIC_ERROR_FILE, empty when unset
+  std::optional<std::string> cuda_visible_devices;
+  std::vector<std::string> gloo_ifnames;  ///< GLOO_SOCKET_IFNAME, comma-separated
+};
+
+struct ParseResult {
+  std::optional<TrainOptions> options;  ///< set when training should start
+  int exit_code = 0;                    ///< otherwise: exit with this code ...
+  std::string output;                   ///< ... after printing this (help, or one error line)
+};
+
+/// Parses the arguments after argv[0]; errors are one line starting "dtl-train: error: ".
+/// ACCELERATE_MIXED_PRECISION is read from `env` when --mixed_precision is not given.
+ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLookup& env);
+
+/// The launcher's variables; throws std::invalid_argument naming the variable and its value.
+LaunchEnv read_launch_env(const EnvLookup& env);
+
+/// The problem with these options, or "" when none (shapes, ranges, names). Pure.
+std::string check_options(const TrainOptions& o);
+
+/// Which CUDA device a local rank drives: its own index when it sees the whole node, the only one
+/// when the launcher narrowed CUDA_VISIBLE_DEVICES to one GPU; -1 when it sees too few.
+int cuda_index_for(int local_rank, int visible_devices);
+
+/// Parameter count of this shape (the output layer shares the token embedding). Pure arithmetic.
+long long parameter_count(const ModelShape& s);
+
+/// Forward+backward FLOPs per token (6N plus attention), for MFU.
+double flops_per_token(const ModelShape& s);
+
+/// The process environment, for the real binary.
+EnvLookup process_env();
+
+}  // namespace dtl::train

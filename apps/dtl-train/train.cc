@@ -1,0 +1,343 @@
+#include "train.h"
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <ATen/autocast_mode.h>
+#include <torch/cuda.h>
+#include <torch/optim/adamw.h>
+#include <torch/serialize.h>
+#include <torch/utils.h>
+
+#include "atomic_file.h"
+#include "comm.h"
+#include "data.h"
+#include "metrics.h"
+#include "model.h"
+#include "report.h"
+#include "schedule.h"
+
+namespace dtl::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+/// The model shape as stored in checkpoints: resuming another shape is an error, not garbage.
+std::string shape_text(const ModelShape& s) {
+  std::ostringstream o;
+  o << "layers=" << s.layers << " width=" << s.width << " heads=" << s.heads << " context=" << s.context
+    << " vocab=" << s.vocab;
+  return o.str();
+}
+
+struct Placement {
+  c10::Device device = c10::kCPU;
+  std::string backend;
+};
+
+Placement place(const TrainOptions& o, const LaunchEnv& env) {
+  const bool cuda = torch::cuda::is_available();
+  if (o.device == "cuda" && !cuda) throw UsageError("--device cuda but no CUDA device is usable here");
+  if (o.backend == "nccl" && !built_with_nccl()) {
+    throw UsageError("--backend nccl: this dtl-train was built without NCCL (scripts/build-cuda.sh builds one with it)");
+  }
+  if (o.backend == "nccl" && (!cuda || o.device == "cpu")) throw UsageError("--backend nccl needs a CUDA device");
+  Placement p;
+  if (cuda && o.device != "cpu") {
+    const int count = static_cast<int>(torch::cuda::device_count());
+    const int index = cuda_index_for(env.local_rank, count);
+    if (index < 0) {
+      throw UsageError("LOCAL_RANK=" + std::to_string(env.local_rank) + " but only " + std::to_string(count) +
+                       " CUDA devices are visible (CUDA_VISIBLE_DEVICES=" + env.cuda_visible_devices.value_or("") + ")");
+    }
+    p.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  p.backend = o.backend != "auto" ? o.backend : (p.device.is_cuda() && built_with_nccl() ? "nccl" : "gloo");
+  return p;
+}
+
+/// bf16 autocast around a forward pass (libtorch 1.13 and 2.x spell it differently).
+class Autocast {
+ public:
+  Autocast(bool on, c10::Device device) : on_(on), cuda_(device.is_cuda()) {
+    if (!on_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(device.type(), true);
+    at::autocast::set_autocast_dtype(device.type(), at::kBFloat16);
+#else
+    if (cuda_) {
+      at::autocast::set_enabled(true);
+      at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    } else {
+      at::autocast::set_cpu_enabled(true);
+      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    }
+#endif
+    at::autocast::increment_nesting();
+  }
+  ~Autocast() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(cuda_ ? c10::kCUDA : c10::kCPU, false);
+#else
+    if (cuda_) {
+      at::autocast::set_enabled(false);
+    } else {
+      at::autocast::set_cpu_enabled(false);
+    }
+#endif
+  }
+
+ private:
+  bool on_;
+  bool cuda_;
+};
+
+/// Where the run stands: what a checkpoint stores besides the model and the optimizer.
+struct Progress {
+  long long step = 0;      ///< optimizer steps done
+  long long position = 0;  ///< global sample number of the next step's first row
+};
+
+void save_checkpoint(const std::string& path, Gpt& model, torch::optim::Optimizer& opt, const Progress& p) {
+  torch::serialize::OutputArchive root, m, o;
+  model->save(m);
+  opt.save(o);
+  root.write("model", m);
+  root.write("optimizer", o);
+  root.write("step", c10::IValue(static_cast<int64_t>(p.step)));
+  root.write("position", c10::IValue(static_cast<int64_t>(p.position)));
+  root.write("shape", c10::IValue(shape_text(model->shape())));
+  root.write("rng", at::detail::getDefaultCPUGenerator().get_state());
+  std::ostringstream bytes;
+  root.save_to(bytes);
+  write_file_atomically(path, bytes.str());
+}
+
+Progress load_checkpoint(const std::string& path, Gpt& model, torch::optim::Optimizer& opt, c10::Device device) {
+  torch::serialize::InputArchive root, m, o;
+  root.load_from(path, device);
+  c10::IValue shape, step, position;
+  root.read("shape", shape);
+  if (shape.toStringRef() != shape_text(model->shape())) {
+    throw UsageError("checkpoint " + path + " is of another model (" + shape.toStringRef() + "; this run: " +
+                     shape_text(model->shape()) + ")");
+  }
+  root.read("model", m);
+  model->load(m);
+  root.read("optimizer", o);
+  opt.load(o);
+  root.read("step", step);
+  root.read("position", position);
+  at::Tensor rng;
+  root.read("rng", rng);
+  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle on the shared state
+  generator.set_state(rng.cpu());
+  return {step.toInt(), position.toInt()};
+}
+
+void dump_parameters(const std::string& dir, int rank, Gpt& model) {
+  std::vector<at::Tensor> flat;
+  for (const auto& p : model->parameters()) flat.push_back(p.detach().reshape({-1}).to(torch::kCPU, torch::kFloat));
+  at::Tensor all = torch::cat(flat).contiguous();
+  std::filesystem::create_directories(dir);
+  write_file_atomically(dir + "/rank" + std::to_string(rank) + ".bin",
+                        std::string_view(static_cast<const char*>(all.data_ptr()), all.numel() * sizeof(float)));
+}
+
+/// The fault a test asked for, on the first attempt only (so the restarted run goes through).
+void maybe_fail(const TrainOptions& o, const LaunchEnv& env, long long step) {
+  if (step != o.fail_at_step || env.rank != o.fail_rank || env.restart_count != 0) return;
+  if (o.fail_how == "kill") std::raise(SIGKILL);
+  throw std::runtime_error("injected failure at step " + std::to_string(step) + " (--fail_at_step)");
+}
+
+std::unique_ptr<TokenSource> open_data(const TrainOptions& o) {
+  if (o.data.empty()) return std::make_unique<SyntheticTokens>(o.seed, o.model.vocab);
+  if (!std::filesystem::is_regular_file(o.data)) throw UsageError("--data " + o.data + ": no such file");
+  try {
+    return std::make_unique<TextTokens>(o.data, o.model.context, o.seed);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(std::string("--data: ") + e.what());
+  }
+}
+
+void say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing) {
+  // Everything a user can get wrong is checked before the first collective, on every rank.
+  doing = "reading the data";
+  const Batching batching{o.batch_size, o.grad_accum, env.world_size};
+  auto data = open_data(o);
+  if (auto problem = check_data_fits(*data, batching, o.model.context); !problem.empty()) throw UsageError(problem);
+  const Placement placement = place(o, env);
+  const c10::Device device = placement.device;
+  const bool leader = env.rank == 0;
+  const std::string checkpoint = o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/checkpoint.pt";
+
+  doing = "building the model";
+  torch::manual_seed(o.seed);
+  Gpt model(o.model);
+  model->to(device);
+  model->train();
+  std::vector<at::Tensor> decay, no_decay, params;
+  std::vector<std::string> names;
+  for (auto& item : model->named_parameters()) {
+    const at::Tensor& p = item.value();
+    (p.dim() >= 2 ? decay : no_decay).push_back(p);
+    params.push_back(p);
+    names.push_back(item.key());
+  }
+  auto adamw = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(1e-8).weight_decay(wd));
+  };
+  torch::optim::AdamW optimizer({torch::optim::OptimizerParamGroup(decay, adamw(o.weight_decay)),
+                                 torch::optim::OptimizerParamGroup(no_decay, adamw(0.0))});
+
+  Progress progress;
+  if (!checkpoint.empty()) {
+    std::filesystem::create_directories(o.checkpoint_dir);
+    if (leader) remove_stale_temps(checkpoint);
+    if (std::filesystem::exists(checkpoint)) {
+      doing = "loading " + checkpoint;
+      progress = load_checkpoint(checkpoint, model, optimizer, device);
+      if (leader) say("resumed from " + checkpoint + " at step " + std::to_string(progress.step));
+    }
+  }
+
+  doing = "connecting to rank 0's store at " + env.master_addr + ":" + std::to_string(env.master_port);
+  auto comm = connect(env, placement.backend, device,
+                      std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000)));
+  doing = "broadcasting the parameters";
+  broadcast_from_rank0(*comm, params);
+  Reducer reducer(*comm, params, names, static_cast<size_t>(o.bucket_mb * 1024 * 1024), !device.is_cuda());
+
+  const long long tokens_per_step = batching.global() * o.model.context;
+  if (leader) {
+    std::ostringstream s;
+    s << "dtl-train: " << env.world_size << " rank(s), " << placement.backend << " on " << device.str() << ", "
+      << (parameter_count(o.model) / 1e6) << "M parameters (" << shape_text(o.model) << "), global batch "
+      << batching.global() << " x " << o.model.context << " tokens, " << reducer.bucket_count()
+      << " gradient buckets, mixed precision " << o.mixed_precision << ", data " << data->describe();
+    say(s.str());
+  }
+  std::ofstream metrics;
+  if (leader && !o.metrics.empty()) metrics.open(o.metrics, std::ios::app);
+
+  const LrSchedule schedule{o.lr, o.effective_min_lr(), o.effective_warmup(), o.steps};
+  const bool bf16 = o.mixed_precision == "bf16";
+  const int T = o.model.context;
+  at::Tensor tokens = torch::empty({o.batch_size, T + 1}, torch::kLong);
+  auto interval_start = Clock::now();
+  double interval_wait = 0, interval_busy = 0, interval_exposed = 0;
+  long long interval_steps = 0;
+  at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
+  at::Tensor grad_norm;
+
+  while (progress.step < o.steps) {
+    const long long step = progress.step + 1;  // 1-based, as logged
+    doing = "step " + std::to_string(step) + " of " + std::to_string(o.steps);
+    maybe_fail(o, env, step);
+    const double lr = lr_at(schedule, progress.step);
+    for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    if (o.model.dropout > 0) torch::manual_seed(mix64(o.seed ^ mix64(progress.step * 4099 + env.rank)));
+
+    for (int micro = 0; micro < o.grad_accum; ++micro) {
+      auto* rows = tokens.data_ptr<int64_t>();
+      for (int row = 0; row < o.batch_size; ++row) {
+        data->sample(progress.position + global_row(batching, env.rank, micro, row),
+                     std::span<int64_t>(rows + static_cast<size_t>(row) * (T + 1), T + 1));
+      }
+      at::Tensor batch = tokens.to(device, /*non_blocking=*/false);
+      reducer.prepare(micro == o.grad_accum - 1);
+      at::Tensor loss;
+      {
+        Autocast autocast(bf16, device);
+        loss = model->loss(batch);
+      }
+      if (o.grad_accum > 1) loss = loss / o.grad_accum;
+      loss.backward();
+      loss_sum += loss.detach();
+    }
+    grad_norm = reducer.finish(o.grad_clip);
+    optimizer.step();
+    reducer.zero_grad();
+    progress.step = step;
+    progress.position += batching.global();
+    interval_steps++;
+    interval_wait += reducer.last_wait_s();
+    interval_busy += reducer.last_timing().busy;
+    interval_exposed += reducer.last_timing().exposed;
+
+    if (step % o.log_every == 0 || step == o.steps) {
+      const double loss_mean = allreduce_mean(*comm, loss_sum) / static_cast<double>(interval_steps);
+      loss_sum.zero_();
+      const double elapsed = seconds_since(interval_start);
+      StepRecord r;
+      r.step = step;
+      r.steps = o.steps;
+      r.loss = loss_mean;
+      r.lr = lr;
+      r.grad_norm = grad_norm.item<double>();
+      r.step_time_s = elapsed / interval_steps;
+      r.tokens_per_s = tokens_per_step * interval_steps / elapsed;
+      r.comm_wait_share = interval_wait / elapsed;
+      r.comm_hidden_share = !reducer.measures_overlap() ? std::nan("")
+                            : interval_busy > 0     ? 1.0 - interval_exposed / interval_busy
+                                                    : 1.0;
+      r.tokens = step * tokens_per_step;
+      r.world_size = env.world_size;
+      if (leader) {
+        say(log_line(r));
+        if (metrics.is_open()) metrics << metrics_json(r) << "\n" << std::flush;
+      }
+      interval_steps = 0;
+      interval_wait = interval_busy = interval_exposed = 0;
+      interval_start = Clock::now();
+    }
+    if (!checkpoint.empty() && leader && (step % o.checkpoint_every == 0 || step == o.steps)) {
+      doing = "saving " + checkpoint + " at step " + std::to_string(step);
+      const auto saving = Clock::now();
+      save_checkpoint(checkpoint, model, optimizer, progress);
+      interval_start += Clock::now() - saving;  // not part of the steps' time
+    }
+  }
+
+  if (!o.dump_params.empty()) {
+    doing = "writing the parameters to " + o.dump_params;
+    dump_parameters(o.dump_params, env.rank, model);
+  }
+  if (leader) say("dtl-train: done at step " + std::to_string(progress.step));
+  return 0;
+}
+
+}  // namespace
+
+int run_training(const TrainOptions& o, const LaunchEnv& env) {
+  std::string doing = "starting";
+  auto where = [&] { return "dtl-train rank " + std::to_string(env.rank) + " failed while " + doing + ":\n"; };
+  try {
+    return train(o, env, doing);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const c10::Error& e) {
+    ErrorReport r{type_name(e), e.what_without_backtrace(), ""};
+    r.callstack = where() + r.type + ": " + r.message;
+    throw ReportedError(std::move(r));
+  } catch (const std::exception& e) {
+    ErrorReport r{type_name(e), e.what(), ""};
+    r.callstack = where() + r.type + ": " + r.message;
+    throw ReportedError(std::move(r));
+  }
+}
+
+}  // namespace dtl::train
