@@ -1,0 +1,192 @@
+#include "rendezvous/client.h"
+
+#include <deque>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+
+#include "rendezvous/auth.h"
+#include "rendezvous/round.h"
+
+namespace dtl::rendezvous {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
+  Impl(asio::io_context& io, ClientOptions o, Callbacks cb)
+      : io(io), opts(std::move(o)), cb(std::move(cb)), sock(io), retry_timer(io), heartbeat_timer(io) {}
+
+  asio::io_context& io;
+  ClientOptions opts;
+  Callbacks cb;
+  tcp::socket sock;
+  asio::steady_timer retry_timer;
+  asio::steady_timer heartbeat_timer;
+  FrameDecoder decoder;
+  std::array<uint8_t, 4096> buf;
+  std::deque<Bytes> out;
+  bool writing = false;
+  bool connected = false;
+  bool joined = false;
+  bool over = false;  ///< Exit, refusal or error: nothing more is expected
+  Nonce nonce{};
+  Clock::time_point deadline, last_heard, last_sent;
+  std::string last_connect_error;
+
+  void start() {
+    deadline = Clock::now() + opts.connect_timeout;
+    connect();
+  }
+
+  void connect() {
+    boost::system::error_code ec;
+    tcp::resolver resolver(io);
+    auto endpoints = resolver.resolve(opts.host, std::to_string(opts.port), ec);
+    if (ec) return fail("cannot resolve the rendezvous endpoint '" + opts.host + "': " + ec.message(), false);
+    sock = tcp::socket(io);
+    asio::async_connect(sock, endpoints, [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                    const tcp::endpoint&) {
+      if (self->over) return;
+      if (ec) {
+        self->last_connect_error = ec.message();
+        if (Clock::now() >= self->deadline) {
+          return self->fail("cannot reach the rendezvous at " + self->opts.host + ":" + std::to_string(self->opts.port) +
+                                ": " + ec.message(),
+                            false);
+        }
+        self->retry_timer.expires_after(self->opts.retry_interval);
+        self->retry_timer.async_wait([self](const boost::system::error_code& e) {
+          if (!e && !self->over) self->connect();
+        });
+        return;
+      }
+      self->on_connected();
+    });
+  }
+
+  void on_connected() {
+    boost::system::error_code ignored;
+    sock.set_option(tcp::no_delay(true), ignored);
+    connected = true;
+    last_heard = last_sent = Clock::now();
+    nonce = random_nonce();
+    send(Hello{opts.run_id, nonce});
+    read();
+    heartbeat();
+  }
+
+  void read() {
+    sock.async_read_some(asio::buffer(buf), [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+      if (self->over) return;
+      if (ec) {
+        return self->fail(ec == asio::error::eof ? "the rendezvous server closed the connection"
+                                                 : "lost the rendezvous server: " + ec.message(),
+                          false);
+      }
+      self->last_heard = Clock::now();
+      std::vector<Message> msgs;
+      auto err = self->decoder.feed(self->buf.data(), n, msgs);
+      for (auto& m : msgs) {
+        if (self->over) return;
+        self->handle(m);
+      }
+      if (err) return self->fail("bad frame from the rendezvous server: " + err->what, false);
+      if (!self->over) self->read();
+    });
+  }
+
+  void handle(const Message& m) {
+    if (auto* c = std::get_if<Challenge>(&m)) {
+      if (!opts.token.empty()) {
+        if (c->proof.empty()) return fail("the rendezvous server has no token but this node has one", true);
+        if (!proof_matches(proof(opts.token, "server", opts.run_id, nonce, c->nonce), c->proof)) {
+          return fail("the rendezvous server failed authentication: its --rdzv_token differs", true);
+        }
+      }
+      Join join = opts.join;
+      join.proof = proof(opts.token, "client", opts.run_id, c->nonce, nonce);
+      joined = true;
+      return send(join);
+    }
+    if (auto* r = std::get_if<Refused>(&m)) return fail(r->reason, true);
+    if (auto* r = std::get_if<Round>(&m)) return cb.on_round(*r);
+    if (auto* s = std::get_if<Stop>(&m)) return cb.on_stop(*s);
+    if (auto* e = std::get_if<Exit>(&m)) {
+      over = true;
+      cancel();
+      return cb.on_exit(*e);
+    }
+    if (std::holds_alternative<Heartbeat>(m)) return;
+    fail(std::string("unexpected ") + message_name(m) + " from the rendezvous server", false);
+  }
+
+  void send(const Message& m) {
+    if (!connected || over) return;
+    out.push_back(encode(m));
+    last_sent = Clock::now();
+    if (!writing) write();
+  }
+
+  void write() {
+    if (out.empty()) {
+      writing = false;
+      return;
+    }
+    writing = true;
+    asio::async_write(sock, asio::buffer(out.front()), [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                                  size_t) {
+      if (self->over) return;
+      if (ec) return self->fail("lost the rendezvous server: " + ec.message(), false);
+      self->out.pop_front();
+      self->write();
+    });
+  }
+
+  void heartbeat() {
+    heartbeat_timer.expires_after(opts.heartbeat_interval);
+    heartbeat_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->over) return;
+      auto now = Clock::now();
+      auto silent = now - self->last_heard;
+      if (silent > self->opts.heartbeat_interval * self->opts.heartbeat_misses) {
+        return self->fail("lost the rendezvous server: silent for " +
+                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
+                              " ms",
+                          false);
+      }
+      if (now - self->last_sent >= self->opts.heartbeat_interval) self->send(Heartbeat{});
+      self->heartbeat();
+    });
+  }
+
+  void cancel() {
+    boost::system::error_code ignored;
+    retry_timer.cancel();
+    heartbeat_timer.cancel();
+    sock.close(ignored);
+  }
+
+  void fail(const std::string& why, bool refused) {
+    if (over) return;
+    over = true;
+    cancel();
+    cb.on_error(why, refused);
+  }
+};
+
+Client::Client(asio::io_context& io, ClientOptions options, Callbacks callbacks)
+    : impl_(std::make_shared<Impl>(io, std::move(options), std::move(callbacks))) {}
+Client::~Client() {
+  impl_->over = true;
+  impl_->cancel();
+}
+void Client::start() { impl_->start(); }
+void Client::send(const Message& m) { impl_->send(m); }
+void Client::close() {
+  impl_->over = true;
+  impl_->cancel();
+}
+
+}  // namespace dtl::rendezvous

@@ -1,0 +1,49 @@
+// A node's side of the rendezvous: connects (retrying while the server is not up yet), proves the
+// token, joins, and then relays what the server decides. Heartbeats both ways notice a lost peer.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "rendezvous/protocol.h"
+
+namespace dtl::rendezvous {
+
+struct ClientOptions {
+  std::string host;
+  int port = 29400;
+  std::string run_id = "none";
+  std::string token;
+  Join join;  ///< proof is filled in by the client
+  std::chrono::milliseconds connect_timeout{600000};  ///< keep retrying a refused connection until then
+  std::chrono::milliseconds retry_interval{100};
+  std::chrono::milliseconds heartbeat_interval{500};
+  int heartbeat_misses = 4;
+};
+
+class Client {
+ public:
+  struct Callbacks {
+    std::function<void(const Round&)> on_round;
+    std::function<void(const Stop&)> on_stop;
+    std::function<void(const Exit&)> on_exit;
+    /// Fatal: refused (wrong token, run id, rank...), unreachable, or the server lost. One line.
+    std::function<void(const std::string& why, bool refused)> on_error;
+  };
+
+  Client(boost::asio::io_context& io, ClientOptions options, Callbacks callbacks);
+  ~Client();
+  void start();
+  void send(const Message& m);
+  void close();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace dtl::rendezvous

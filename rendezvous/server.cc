@@ -1,0 +1,285 @@
+#include "rendezvous/server.h"
+
+#include <deque>
+#include <map>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
+
+#include "rendezvous/auth.h"
+
+namespace dtl::rendezvous {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+/// One peer. Reads are small (joins are ~200 bytes) so thousands of nodes stay cheap.
+struct Conn {
+  Conn(tcp::socket s, NodeId id) : sock(std::move(s)), id(id) {}
+  enum class State { hello, challenged, joined, closing };
+  tcp::socket sock;
+  NodeId id;
+  State state = State::hello;
+  FrameDecoder decoder;
+  std::array<uint8_t, 2048> buf;
+  std::deque<Bytes> out;
+  bool writing = false;
+  Nonce client_nonce{}, server_nonce{};
+  std::string peer;
+  Clock::time_point connected, last_heard, last_sent;
+  int frames = 0;  ///< in this heartbeat interval
+};
+
+}  // namespace
+
+struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
+  Impl(asio::io_context& io, ServerOptions o)
+      : io(io), opts(std::move(o)), acceptor(io), round(opts.round, Clock::now()), round_timer(io), sweep_timer(io) {}
+
+  asio::io_context& io;
+  ServerOptions opts;
+  tcp::acceptor acceptor;
+  RoundState round;
+  asio::steady_timer round_timer;
+  asio::steady_timer sweep_timer;
+  std::map<NodeId, std::shared_ptr<Conn>> conns;
+  NodeId next_id = 1;
+  bool finished = false;
+  bool stopped = false;
+
+  void bind() {
+    boost::system::error_code ec;
+    tcp::endpoint ep(tcp::v4(), static_cast<unsigned short>(opts.port));
+    if (!opts.host.empty()) {
+      tcp::resolver resolver(io);
+      auto found = resolver.resolve(opts.host, std::to_string(opts.port), tcp::resolver::numeric_service, ec);
+      if (ec || found.empty()) throw std::runtime_error("cannot resolve the rendezvous address '" + opts.host + "'");
+      ep = found.begin()->endpoint();
+    }
+    acceptor.open(ep.protocol());
+    acceptor.set_option(tcp::acceptor::reuse_address(true));
+    acceptor.bind(ep, ec);
+    if (ec == asio::error::address_in_use) {
+      throw std::runtime_error("the rendezvous port " + std::to_string(opts.port) + " is already in use on " +
+                               (opts.host.empty() ? "this machine" : opts.host));
+    }
+    if (ec) throw std::runtime_error("cannot listen on " + opts.host + ":" + std::to_string(opts.port) + ": " + ec.message());
+    acceptor.listen(asio::socket_base::max_listen_connections);
+    if (opts.token.empty()) spdlog::warn("rendezvous: no --rdzv_token: any host that reaches this port can join");
+  }
+
+  void start() {
+    accept();
+    sweep();
+    apply(round.on_tick(Clock::now()));
+  }
+
+  void shutdown() {
+    stopped = true;
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    round_timer.cancel();
+    sweep_timer.cancel();
+    for (auto& [id, c] : conns) c->sock.close(ignored);
+    conns.clear();
+  }
+
+  void accept() {
+    acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket sock) {
+      if (self->stopped) return;
+      if (!ec) self->add(std::move(sock));
+      if (ec != asio::error::operation_aborted) self->accept();
+    });
+  }
+
+  void add(tcp::socket sock) {
+    boost::system::error_code ec;
+    sock.set_option(tcp::no_delay(true), ec);
+    auto c = std::make_shared<Conn>(std::move(sock), next_id++);
+    auto remote = c->sock.remote_endpoint(ec);
+    c->peer = ec ? "?" : remote.address().to_string();
+    c->connected = c->last_heard = c->last_sent = Clock::now();
+    conns[c->id] = c;
+    read(c);
+  }
+
+  void read(const std::shared_ptr<Conn>& c) {
+    c->sock.async_read_some(asio::buffer(c->buf), [self = shared_from_this(), c](const boost::system::error_code& ec,
+                                                                                size_t n) {
+      if (self->stopped || c->state == Conn::State::closing) return;
+      if (ec) {
+        self->drop(c, ec == asio::error::eof ? "connection closed" : ec.message());
+        return;
+      }
+      c->last_heard = Clock::now();
+      std::vector<Message> msgs;
+      auto err = c->decoder.feed(c->buf.data(), n, msgs);
+      for (auto& m : msgs) {
+        if (c->state == Conn::State::closing || !self->conns.count(c->id)) return;
+        ++c->frames;
+        self->handle(c, m);
+      }
+      if (err) {
+        self->drop(c, "bad frame: " + err->what);
+        return;
+      }
+      if (self->conns.count(c->id) && c->state != Conn::State::closing) self->read(c);
+    });
+  }
+
+  void send(const std::shared_ptr<Conn>& c, Bytes frame) {
+    c->out.push_back(std::move(frame));
+    c->last_sent = Clock::now();
+    if (!c->writing) write(c);
+  }
+
+  void write(const std::shared_ptr<Conn>& c) {
+    if (c->out.empty()) {
+      c->writing = false;
+      if (c->state == Conn::State::closing) close(c);
+      return;
+    }
+    c->writing = true;
+    asio::async_write(c->sock, asio::buffer(c->out.front()),
+                      [self = shared_from_this(), c](const boost::system::error_code& ec, size_t) {
+                        if (self->stopped) return;
+                        c->out.pop_front();
+                        if (ec) {
+                          c->out.clear();
+                          c->writing = false;
+                          if (c->state != Conn::State::closing) self->drop(c, "write failed: " + ec.message());
+                          else self->close(c);
+                          return;
+                        }
+                        self->write(c);
+                      });
+  }
+
+  void close(const std::shared_ptr<Conn>& c) {
+    boost::system::error_code ignored;
+    c->sock.shutdown(tcp::socket::shutdown_both, ignored);
+    c->sock.close(ignored);
+    conns.erase(c->id);
+  }
+
+  /// Stop talking to a peer: what it was in the round is lost.
+  void drop(const std::shared_ptr<Conn>& c, const std::string& why) {
+    if (!conns.count(c->id)) return;
+    const bool joined = c->state == Conn::State::joined;
+    if (!joined) spdlog::info("rendezvous: dropped {} before it joined: {}", c->peer, why);
+    c->state = Conn::State::closing;
+    c->out.clear();
+    close(c);
+    if (joined) apply(round.on_lost(c->id, why, Clock::now()));
+  }
+
+  void refuse(const std::shared_ptr<Conn>& c, const std::string& why) {
+    spdlog::warn("rendezvous: refused {}: {}", c->peer, why);
+    send(c, encode(Refused{why}));
+    c->state = Conn::State::closing;
+  }
+
+  void handle(const std::shared_ptr<Conn>& c, const Message& m) {
+    const auto now = Clock::now();
+    switch (c->state) {
+      case Conn::State::hello: {
+        auto* hello = std::get_if<Hello>(&m);
+        if (!hello) return drop(c, std::string("expected hello, got ") + message_name(m));
+        if (hello->run_id != opts.run_id) {
+          return refuse(c, "run id '" + hello->run_id + "' does not match the job's '" + opts.run_id + "'");
+        }
+        c->client_nonce = hello->nonce;
+        c->server_nonce = random_nonce();
+        c->state = Conn::State::challenged;
+        send(c, encode(Challenge{c->server_nonce, proof(opts.token, "server", opts.run_id, c->client_nonce,
+                                                        c->server_nonce)}));
+        return;
+      }
+      case Conn::State::challenged: {
+        auto* join = std::get_if<Join>(&m);
+        if (!join) return drop(c, std::string("expected join, got ") + message_name(m));
+        if (opts.token.empty() && !join->proof.empty()) {
+          return refuse(c, "this node has a --rdzv_token but the rendezvous has none");
+        }
+        if (!opts.token.empty() &&
+            !proof_matches(proof(opts.token, "client", opts.run_id, c->server_nonce, c->client_nonce), join->proof)) {
+          return refuse(c, join->proof.empty() ? "authentication required: this node has no --rdzv_token"
+                                               : "authentication failed: wrong --rdzv_token");
+        }
+        c->state = Conn::State::joined;
+        return apply(round.on_join(c->id, Member{*join, c->peer}, now));
+      }
+      case Conn::State::joined:
+        if (std::holds_alternative<Heartbeat>(m)) return;
+        if (auto* f = std::get_if<Failed>(&m)) return apply(round.on_failed(c->id, f->failures, now));
+        if (std::holds_alternative<Stopped>(m)) return apply(round.on_stopped(c->id, now));
+        if (std::holds_alternative<Done>(m)) return apply(round.on_done(c->id, now));
+        return drop(c, std::string("unexpected ") + message_name(m));
+      case Conn::State::closing:
+        return;
+    }
+  }
+
+  void apply(RoundState::Actions a) {
+    for (const auto& line : a.log) spdlog::info("rendezvous: {}", line);
+    for (auto& [id, msg] : a.send) {
+      auto it = conns.find(id);
+      if (it != conns.end()) send(it->second, encode(msg));
+    }
+    for (NodeId id : a.drop) {
+      auto it = conns.find(id);
+      if (it == conns.end()) continue;
+      it->second->state = Conn::State::closing;
+      if (!it->second->writing) close(it->second);
+    }
+    if (a.finished) finished = true;
+    if (a.wake_at) {
+      round_timer.expires_at(*a.wake_at);
+      round_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        if (!ec && !self->stopped) self->apply(self->round.on_tick(Clock::now()));
+      });
+    }
+  }
+
+  /// Once per heartbeat interval: heartbeats to idle peers, and the silent, slow or flooding dropped.
+  void sweep() {
+    sweep_timer.expires_after(opts.heartbeat_interval);
+    sweep_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->stopped) return;
+      const auto now = Clock::now();
+      const auto silent_limit = self->opts.heartbeat_interval * self->opts.heartbeat_misses;
+      std::vector<std::pair<std::shared_ptr<Conn>, std::string>> doomed;
+      for (auto& [id, c] : self->conns) {
+        if (c->state == Conn::State::closing) continue;
+        if (c->state != Conn::State::joined && now - c->connected > self->opts.handshake_timeout) {
+          doomed.emplace_back(c, "no handshake within " + std::to_string(self->opts.handshake_timeout.count()) + " ms");
+        } else if (c->state == Conn::State::joined && now - c->last_heard > silent_limit) {
+          doomed.emplace_back(c, "silent for " + std::to_string(
+                                     std::chrono::duration_cast<std::chrono::milliseconds>(now - c->last_heard).count()) +
+                                     " ms (no heartbeat)");
+        } else if (c->frames > self->opts.max_frames_per_interval) {
+          doomed.emplace_back(c, "flooding: " + std::to_string(c->frames) + " frames in one heartbeat interval");
+        } else if (c->state == Conn::State::joined && now - c->last_sent >= self->opts.heartbeat_interval) {
+          self->send(c, encode(Heartbeat{}));
+        }
+        c->frames = 0;
+      }
+      for (auto& [c, why] : doomed) self->drop(c, why);
+      self->sweep();
+    });
+  }
+};
+
+Server::Server(asio::io_context& io, ServerOptions options) : impl_(std::make_shared<Impl>(io, std::move(options))) {
+  impl_->bind();
+  impl_->start();
+}
+Server::~Server() { impl_->shutdown(); }
+int Server::port() const { return impl_->acceptor.local_endpoint().port(); }
+size_t Server::connections() const { return impl_->conns.size(); }
+bool Server::finished() const { return impl_->finished; }
+
+}  // namespace dtl::rendezvous

@@ -1,0 +1,43 @@
+// The rendezvous server: Boost.Asio TCP in the caller's io_context (inside the hosting agent, or
+// `dtlaunch rdzv-server`). It authenticates nodes, feeds RoundState and sends what it decides;
+// a peer that sends garbage, floods, stalls or goes silent loses its connection, nobody else.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "rendezvous/round.h"
+
+namespace dtl::rendezvous {
+
+struct ServerOptions {
+  std::string host;  ///< address to bind; empty: every interface
+  int port = 29400;
+  std::string run_id = "none";
+  std::string token;  ///< empty: unauthenticated (said once in the log)
+  RoundConfig round;
+  std::chrono::milliseconds heartbeat_interval{500};
+  int heartbeat_misses = 4;  ///< silent this many intervals: the node is lost
+  std::chrono::milliseconds handshake_timeout{10000};
+  int max_frames_per_interval = 1000;
+};
+
+class Server {
+ public:
+  /// Binds at once; throws std::runtime_error with one line ("... is already in use") on failure.
+  Server(boost::asio::io_context& io, ServerOptions options);
+  ~Server();
+  int port() const;
+  size_t connections() const;
+  /// The job is over (Exit went out).
+  bool finished() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace dtl::rendezvous
