@@ -110,7 +110,7 @@ std::string format_summary(const std::string& program, const std::vector<WorkerF
     std::ostringstream s;
     s << "[" << idx << "]:\n"
       << "  time      : " << format_time(f.timestamp) << "\n"
-      << "  host      : " << host << "\n"
+      << "  host      : " << (f.host.empty() ? host : f.host) << "\n"
       << "  rank      : " << f.rank << " (local_rank: " << f.local_rank << ")\n"
       << "  exitcode  : " << f.exitcode << " (pid: " << f.pid << ")\n"
       << "  error_file: " << f.error_file << "\n"

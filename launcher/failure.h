@@ -19,6 +19,7 @@ struct WorkerFailure {
   std::string error_file = "<N/A>";  ///< path, or <N/A> when the worker wrote none
   std::string message;               ///< the traceback line(s) shown in the summary
   long long timestamp = 0;           ///< seconds since epoch shown as `time`
+  std::string host;                  ///< the node it failed on; empty: this one
 };
 
 /// Builds the failure record from a wait status, reading `error_file_path` if the worker wrote it.
@@ -35,7 +36,8 @@ const WorkerFailure& root_cause(const std::vector<WorkerFailure>& failures);
 /// dtlaunch's exit code for a root cause: the worker's exit code, or 128+N for signal N.
 int exit_code_for(const WorkerFailure& f);
 
-/// torchrun's summary text, byte for byte in its layout (no trailing newline). `failures` non-empty.
+/// torchrun's summary text, byte for byte in its layout (no trailing newline). `failures` non-empty;
+/// `host` names the node of failures that carry none.
 std::string format_summary(const std::string& program, const std::vector<WorkerFailure>& failures,
                            const std::string& host);
 

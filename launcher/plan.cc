@@ -35,6 +35,10 @@ std::vector<std::string> substitute_local_rank(const std::vector<std::string>& a
   return out;
 }
 
+bool is_multi_node(const config::LaunchOptions& o) {
+  return !o.standalone && (o.max_nodes > 1 || (o.rdzv_backend == "c10d" && !o.rdzv_endpoint.empty()));
+}
+
 std::variant<LaunchPlan, PlanError> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
   LaunchPlan plan;
   const auto& env = host.env;
@@ -117,12 +121,14 @@ std::variant<LaunchPlan, PlanError> make_plan(const config::LaunchOptions& o, co
                            "(set OMP_NUM_THREADS to choose)");
   }
 
-  // Where rank 0 listens, and who the job is.
+  // Where rank 0 listens (on several nodes, the rendezvous says), and who the job is.
   plan.group.master_addr = o.master_addr;
-  int port = o.standalone ? 0 : o.master_port;
-  auto reserved = host.reserve_port(o.master_addr, port);
-  if (auto* why = std::get_if<std::string>(&reserved)) return error(*why);
-  plan.group.master_port = std::get<int>(reserved);
+  if (!is_multi_node(o)) {
+    int port = o.standalone ? 0 : o.master_port;
+    auto reserved = host.reserve_port(o.master_addr, port);
+    if (auto* why = std::get_if<std::string>(&reserved)) return error(*why);
+    plan.group.master_port = std::get<int>(reserved);
+  }
   plan.group.run_id = (o.standalone && o.run_id == "none") ? random_id() : o.run_id;
   plan.group.role = o.role;
   plan.group.local_world_size = plan.nproc;

@@ -48,6 +48,10 @@ struct PlanError {
 
 std::variant<LaunchPlan, PlanError> make_plan(const config::LaunchOptions& options, const HostFacts& host);
 
+/// Whether the launch goes through the rendezvous (several nodes, or c10d with an endpoint) rather
+/// than straight to the workers.
+bool is_multi_node(const config::LaunchOptions& options);
+
 /// `${local_rank}` in the program's arguments, as torchrun substitutes it.
 std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv, int local_rank);
 

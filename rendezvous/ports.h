@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <variant>
 
 namespace dtl::rendezvous {
@@ -13,5 +14,11 @@ using PortResult = std::variant<int, std::string>;
 /// Binds addr:port the way c10d's TCPStore does (SO_REUSEADDR) and lets go again; port 0 asks the
 /// kernel for a free one. Returns the port that is free, or why it is not.
 PortResult reserve_check(const std::string& addr, int port);
+
+/// `host[:port]` or `[v6addr]:port`; throws std::invalid_argument naming what is wrong.
+std::pair<std::string, int> parse_endpoint(const std::string& text, int default_port);
+
+/// Whether `host` resolves to an address of this machine (binding to it works).
+bool is_local_address(const std::string& host);
 
 }  // namespace dtl::rendezvous

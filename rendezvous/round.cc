@@ -284,6 +284,12 @@ RoundState::Actions RoundState::on_tick(Clock::time_point now) {
   return a;
 }
 
+RoundState::Actions RoundState::on_shutdown(const std::string& reason) {
+  Actions a;
+  if (phase_ != Phase::finished) finish(1, reason, a);
+  return a;
+}
+
 void RoundState::finish(int32_t code, const std::string& reason, Actions& a) {
   phase_ = Phase::finished;
   a.finished = true;

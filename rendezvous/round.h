@@ -64,6 +64,8 @@ class RoundState {
   Actions on_stopped(NodeId id, Clock::time_point now);
   Actions on_done(NodeId id, Clock::time_point now);
   Actions on_tick(Clock::time_point now);
+  /// The server is going away (its hosting agent leaves): every node is told to leave.
+  Actions on_shutdown(const std::string& reason);
 
   Phase phase() const { return phase_; }
   int restart_count() const { return restart_count_; }

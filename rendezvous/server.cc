@@ -49,6 +49,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   NodeId next_id = 1;
   bool finished = false;
   bool stopped = false;
+  std::function<void()> on_empty;
 
   void bind() {
     boost::system::error_code ec;
@@ -63,8 +64,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     acceptor.set_option(tcp::acceptor::reuse_address(true));
     acceptor.bind(ep, ec);
     if (ec == asio::error::address_in_use) {
-      throw std::runtime_error("the rendezvous port " + std::to_string(opts.port) + " is already in use on " +
-                               (opts.host.empty() ? "this machine" : opts.host));
+      throw PortInUse("the rendezvous port " + std::to_string(opts.port) + " is already in use on " +
+                      (opts.host.empty() ? "this machine" : opts.host));
     }
     if (ec) throw std::runtime_error("cannot listen on " + opts.host + ":" + std::to_string(opts.port) + ": " + ec.message());
     acceptor.listen(asio::socket_base::max_listen_connections);
@@ -163,13 +164,18 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     c->sock.shutdown(tcp::socket::shutdown_both, ignored);
     c->sock.close(ignored);
     conns.erase(c->id);
+    if (conns.empty() && on_empty) std::exchange(on_empty, nullptr)();
   }
 
   /// Stop talking to a peer: what it was in the round is lost.
   void drop(const std::shared_ptr<Conn>& c, const std::string& why) {
     if (!conns.count(c->id)) return;
     const bool joined = c->state == Conn::State::joined;
-    if (!joined) spdlog::info("rendezvous: dropped {} before it joined: {}", c->peer, why);
+    if (c->state == Conn::State::challenged && why == "connection closed") {
+      spdlog::warn("rendezvous: {} hung up after the challenge: its --rdzv_token differs, or it has none", c->peer);
+    } else if (!joined) {
+      spdlog::info("rendezvous: dropped {} before it joined: {}", c->peer, why);
+    }
     c->state = Conn::State::closing;
     c->out.clear();
     close(c);
@@ -281,5 +287,10 @@ Server::~Server() { impl_->shutdown(); }
 int Server::port() const { return impl_->acceptor.local_endpoint().port(); }
 size_t Server::connections() const { return impl_->conns.size(); }
 bool Server::finished() const { return impl_->finished; }
+void Server::end_job(const std::string& reason) { impl_->apply(impl_->round.on_shutdown(reason)); }
+void Server::when_empty(std::function<void()> done) {
+  if (impl_->conns.empty()) return done();
+  impl_->on_empty = std::move(done);
+}
 
 }  // namespace dtl::rendezvous

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
@@ -25,6 +27,11 @@ struct ServerOptions {
   int max_frames_per_interval = 1000;
 };
 
+/// The rendezvous port is taken (by another agent on this machine, often).
+struct PortInUse : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class Server {
  public:
   /// Binds at once; throws std::runtime_error with one line ("... is already in use") on failure.
@@ -34,6 +41,11 @@ class Server {
   size_t connections() const;
   /// The job is over (Exit went out).
   bool finished() const;
+  /// Calls `done` once no connection is left (at once if none is): the hosting agent waits for this
+  /// before leaving, so every node gets its Exit.
+  void when_empty(std::function<void()> done);
+  /// Ends the job (Exit with code 1 and `reason` to every node) unless it is already over.
+  void end_job(const std::string& reason);
 
  private:
   struct Impl;

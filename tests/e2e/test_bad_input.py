@@ -66,9 +66,22 @@ class BadInput(LaunchTest):
         self.check(["--fake_gpus=2", "--gpu_ids=0,5", "--no_python", "true"],
                    "--gpu_ids: GPU 5 is not visible (visible: 0,1)")
 
-    def test_multi_node_is_refused_until_implemented(self):
-        self.check(["--nnodes=2", "--no_python", "true"],
-                   "--nnodes: multi-node launch is not implemented yet; only 1 node is supported")
+    def test_bad_node_counts_and_ranks(self):
+        self.check(["--nnodes=2:1", "--no_python", "true"],
+                   "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX (got '2:1')")
+        self.check(["--nnodes=0", "--no_python", "true"],
+                   "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX (got '0')")
+        self.check(["--nnodes=2", "--node_rank=2", "--no_python", "true"],
+                   "--node_rank: expected a node rank in 0..1 (got '2')")
+
+    def test_c10d_needs_an_endpoint_that_parses(self):
+        self.check(["--nnodes=2", "--rdzv_backend=c10d", "--no_python", "true"],
+                   "--rdzv_backend=c10d needs --rdzv_endpoint host[:port]")
+        self.check(["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=host:99999", "--no_python", "true"],
+                   "--rdzv_endpoint: port '99999' is not in 1..65535")
+        self.check(["--rdzv_conf=join_timout=5", "--no_python", "true"],
+                   "--rdzv_conf: unknown key 'join_timout' (known: join_timeout, last_call_timeout, close_timeout, "
+                   "keep_alive_interval, keep_alive_max_attempt, heartbeat_timeout, is_host, read_timeout)")
 
     def test_a_value_missing_after_a_flag(self):
         r = self.launch("--nproc_per_node")

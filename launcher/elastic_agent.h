@@ -1,0 +1,51 @@
+// A node of a multi-node job: joins the rendezvous (hosting it when this node is the endpoint),
+// runs each round's worker group, reports failures and success, and leaves when the server says.
+// The decisions (restart, re-form, give up) are the server's; see rendezvous/round.h.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include <boost/asio/io_context.hpp>
+
+#include "config/launch_options.h"
+#include "launcher/log_layout.h"
+#include "launcher/orphan_guard.h"
+#include "launcher/plan.h"
+#include "rendezvous/client.h"
+#include "rendezvous/server.h"
+
+namespace dtl::launcher {
+
+struct AgentOptions {
+  rendezvous::ClientOptions client;
+  std::optional<rendezvous::ServerOptions> server;  ///< set: this agent hosts the rendezvous
+  /// The endpoint is merely local (not --rdzv_conf is_host=1): if its port is taken, another agent
+  /// on this machine hosts it and this one only joins.
+  bool host_if_free = false;
+  std::chrono::seconds exit_barrier_timeout{300};   ///< how long a finished node waits for the others
+};
+
+/// From the options to the agent's settings: endpoint, whether to host, timings, this node's join.
+/// `token` is the resolved shared secret (may be empty). Returns one error line on bad input.
+std::variant<AgentOptions, std::string> make_agent_options(const config::LaunchOptions& options,
+                                                           const LaunchPlan& plan, const std::string& token);
+
+class ElasticAgent {
+ public:
+  ElasticAgent(boost::asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
+               AgentOptions options);
+  ~ElasticAgent();
+  /// Runs until the server ends the job, the rendezvous fails, or a signal stops this node.
+  int run();
+  bool wrote_log_files() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dtl::launcher
