@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/config_file.h"
 #include "config/text.h"
 
 namespace dtl::config {
@@ -43,6 +44,8 @@ struct Flag {
   std::vector<std::string> extra_env;  ///< fallbacks after PET_<NAME>, in order
   CLI::Option* option = nullptr;
   std::string source;  ///< where the value came from, for error messages; empty: default
+  bool from_file = false;  ///< `source` is a config file location: "cfg.yaml:3:17: key"
+  std::string note;        ///< how the file's keys became the value (accelerate's num_processes)
 };
 
 std::string upper(std::string s) {
@@ -175,7 +178,8 @@ std::vector<int> parse_signal_list(const std::string& text) {
   return sigs;
 }
 
-ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLookup& env) {
+ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLookup& env,
+                               const ReadFile& files) {
   CLI::App app{"dtlaunch: start one worker per GPU with torchrun's environment, and supervise them",
                "dtlaunch"};
   app.prefix_command();
@@ -187,7 +191,7 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   flags.reserve(40);
   auto add = [&](const std::string& name, const std::string& help, std::string def = "",
                  std::vector<std::string> extra_env = {}, const std::string& short_name = "") -> Flag& {
-    Flag& f = flags.emplace_back(Flag{name, std::move(def), false, std::move(extra_env), nullptr, ""});
+    Flag& f = flags.emplace_back(Flag{name, std::move(def), false, std::move(extra_env), nullptr, "", false, ""});
     std::string names = "--" + name;
     std::string dashed = name;
     for (auto& c : dashed) c = c == '_' ? '-' : c;
@@ -196,14 +200,15 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
     f.option = app.add_option(names, f.value, help);
     return f;
   };
-  auto add_flag = [&](const std::string& name, const std::string& help, const std::string& short_name = "") {
-    Flag& f = flags.emplace_back(Flag{name, "", true, {}, nullptr, ""});
+  auto add_flag = [&](const std::string& name, const std::string& help, const std::string& short_name = "") -> Flag& {
+    Flag& f = flags.emplace_back(Flag{name, "", true, {}, nullptr, "", false, ""});
     std::string names = "--" + name;
     std::string dashed = name;
     for (auto& c : dashed) c = c == '_' ? '-' : c;
     if (dashed != name) names += ",--" + dashed;
     if (!short_name.empty()) names = short_name + "," + names;
     f.option = app.add_flag(names, help);
+    return f;
   };
 
   add("nproc_per_node", "workers on this node: N, gpu, cpu or auto (default 1)", "1");
@@ -239,6 +244,22 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   add("gpu_visibility", "per_worker: each worker sees only its GPU; all: every worker sees all (torchrun)",
       "per_worker");
   add("fake_gpus", "pretend this machine has N GPUs (testing without GPUs)", "", {"DTLAUNCH_FAKE_GPUS"});
+  add("mixed_precision", "no, fp16, bf16 or fp8: exported to the workers as ACCELERATE_MIXED_PRECISION", "",
+      {"ACCELERATE_MIXED_PRECISION"});
+  add_flag("use_cpu", "a CPU job: the machine's GPUs are left alone (ACCELERATE_USE_CPU for the workers)")
+      .extra_env = {"ACCELERATE_USE_CPU"};
+  add_flag("debug", "ACCELERATE_DEBUG_MODE for the workers: accelerate checks collective operations")
+      .extra_env = {"ACCELERATE_DEBUG_MODE"};
+
+  // Not settings: which file holds settings, and a look at them.
+  std::string config_file_flag;
+  CLI::Option* config_option = app.add_option(
+      "--config_file,--config-file", config_file_flag,
+      "YAML settings (dtlaunch's or accelerate's); default $DTLAUNCH_CONFIG_FILE, else "
+      "~/.config/dtlaunch/default_config.yaml when it exists; '' for none");
+  bool print_config = false;
+  app.add_flag("--print_config,--print-config", print_config,
+               "print the settings in effect and where each comes from, then exit");
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
@@ -267,6 +288,28 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
       }
     }
   }
+
+  // The config file fills what no flag or variable set.
+  Schema schema;
+  for (const auto& f : flags) {
+    schema.keys.push_back(f.name);
+    if (f.is_flag) schema.switches.insert(f.name);
+  }
+  auto location = locate_config(config_option->count() ? std::optional(config_file_flag) : std::nullopt, env);
+  auto loaded = load_config(location, files, schema);
+  if (auto* error = std::get_if<std::string>(&loaded)) return {std::nullopt, 2, "dtlaunch: error: " + *error};
+  const auto& file = std::get<std::optional<ConfigFile>>(loaded);
+  if (file) {
+    for (auto& f : flags) {
+      auto it = file->values.find(f.name);
+      if (!f.source.empty() || it == file->values.end()) continue;
+      f.value = it->second.value;
+      f.source = it->second.where;
+      f.note = it->second.note;
+      f.from_file = true;
+    }
+  }
+
   auto get = [&](const std::string& name) -> Flag& {
     for (auto& f : flags) {
       if (f.name == name) return f;
@@ -283,7 +326,7 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
     };
     o.nproc_per_node = parse_nproc(value("nproc_per_node"));
     std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(value("nnodes"));
-    if (o.max_nodes != 1) {
+    if (o.max_nodes != 1 && !print_config) {
       throw std::invalid_argument("multi-node launch is not implemented yet; only 1 node is supported");
     }
     o.node_rank = static_cast<int>(parse_int(value("node_rank"), 0, o.max_nodes - 1,
@@ -325,7 +368,7 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
       o.shutdown_timeout_s = v;
     }
     o.signals_to_handle = parse_signal_list(value("signals_to_handle"));
-    if (!value("gpu_ids").empty()) o.gpu_ids = parse_gpu_ids(current->value);
+    if (!value("gpu_ids").empty() && trim(current->value) != "all") o.gpu_ids = parse_gpu_ids(current->value);
     std::string vis = trim(value("gpu_visibility"));
     if (vis == "per_worker" || vis == "per-worker") {
       o.gpu_visibility = GpuVisibility::per_worker;
@@ -337,26 +380,99 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
     if (!value("fake_gpus").empty()) {
       o.fake_gpus = static_cast<int>(parse_int(current->value, 0, 1024, "a GPU count in 0..1024"));
     }
+    o.mixed_precision = text::lower(trim(value("mixed_precision")));
+    if (!o.mixed_precision.empty() && o.mixed_precision != "no" && o.mixed_precision != "fp16" &&
+        o.mixed_precision != "bf16" && o.mixed_precision != "fp8") {
+      throw std::invalid_argument("expected one of no, fp16, bf16, fp8");
+    }
+    o.debug = parse_bool(value("debug"));
+    o.use_cpu = parse_bool(value("use_cpu"));
+
+    // Combinations a file can make impossible; the plan checks the same for flags alone.
+    const Flag& nproc = get("nproc_per_node");
+    const Flag& ids = get("gpu_ids");
+    if (o.use_cpu) {
+      o.gpu_ids.reset();  // a CPU job uses no GPU (accelerate's CPU files say gpu_ids: all)
+      if (o.nproc_per_node.kind == NprocSpec::Kind::gpu) {
+        value("nproc_per_node");
+        throw std::invalid_argument("expected a count, cpu or auto, since use_cpu is set (" +
+                                    (get("use_cpu").source.empty() ? "--use_cpu" : get("use_cpu").source) + ")");
+      }
+    } else if (o.gpu_ids && o.nproc_per_node.kind == NprocSpec::Kind::count && (nproc.from_file || ids.from_file) &&
+               o.nproc_per_node.count > static_cast<int>(o.gpu_ids->size())) {
+      value("nproc_per_node");
+      throw std::invalid_argument("expected at most " + std::to_string(o.gpu_ids->size()) +
+                                  " workers per node, the GPUs listed in gpu_ids (" +
+                                  (ids.source.empty() ? "--gpu_ids" : ids.source) + ")");
+    }
   } catch (const std::invalid_argument& e) {
     std::string where = current->source.empty() ? "--" + current->name : current->source;
     std::string msg = "dtlaunch: error: " + where + ": " + e.what();
     if (!current->value.empty() && std::string(e.what()).rfind("expected", 0) == 0) {
-      msg += " (got '" + current->value + "')";
+      if (current->from_file) {
+        msg += ", got '" + current->value + "'" + (current->note.empty() ? "" : " (" + current->note + ")");
+      } else {
+        msg += " (got '" + current->value + "')";
+      }
     }
     return {std::nullopt, 2, msg};
   }
 
+  // The file's env: entries, unless the environment already has the variable.
+  std::vector<EffectiveSetting> env_settings;
+  if (file) {
+    for (const auto& [name, v] : file->env) {
+      if (auto inherited = env(name)) {
+        env_settings.push_back({name, *inherited, "environment (the file says " + yaml_scalar(v.value) + ")"});
+      } else {
+        o.extra_env.emplace_back(name, v.value);
+        env_settings.push_back({name, v.value, v.where});
+      }
+    }
+    o.config_file = file->path;
+  }
+
   auto rest = app.remaining();
   if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
+    return {std::nullopt, 2, "dtlaunch: error: unknown option " + rest.front() + " (see dtlaunch --help)"};
+  }
+  if (print_config) {
+    std::string header = "# dtlaunch settings in effect, and where each comes from "
+                         "(flag > variable > config file > default)\n# config file: ";
+    if (file) {
+      header += file->path + (file->format == ConfigFile::Format::accelerate ? " (accelerate's format)"
+                                                                             : " (dtlaunch's format)");
+    } else if (location) {
+      header += "none (" + location->path + " does not exist)";
+    } else {
+      header += "none";
+    }
+    header += "\n";
+    std::vector<EffectiveSetting> settings;
+    for (const auto& f : flags) {
+      std::string source = f.source.empty() ? "default" : f.source;
+      if (!f.note.empty()) source += " (" + f.note + ")";
+      const bool secret = f.name == "rdzv_token" && !f.value.empty();  // `dtlaunch env` output gets pasted
+      settings.push_back({f.name, secret ? "<hidden>" : f.value, source, f.is_flag});
+    }
+    ParseResult shown{std::nullopt, 0, format_settings(header, settings, env_settings)};
+    if (file) shown.warnings = file->warnings;
+    return shown;
+  }
+
   if (rest.empty()) {
     return {std::nullopt, 2, "dtlaunch: error: no program to launch (usage: dtlaunch [options] program [args...])"};
   }
-  if (rest.front().size() > 1 && rest.front()[0] == '-') {
-    return {std::nullopt, 2, "dtlaunch: error: unknown option " + rest.front() + " (see dtlaunch --help)"};
-  }
   o.program = rest.front();
   o.program_args.assign(rest.begin() + 1, rest.end());
-  return {std::move(o), 0, ""};
+  ParseResult result{std::move(o), 0, ""};
+  if (file) result.warnings = file->warnings;
+  return result;
+}
+
+ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLookup& env) {
+  return parse_command_line(args, env, disk_files());
 }
 
 }  // namespace dtl::config

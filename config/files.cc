@@ -62,7 +62,8 @@ std::string write_file_atomically(const std::string& path, const std::string& te
   fs::create_directories(dir, ec);
   if (ec) return "cannot create " + dir.string() + ": " + ec.message();
 
-  std::string tmp = (dir / ("." + target.filename().string() + ".XXXXXX")).string();
+  std::string tmp = dir.string();
+  tmp.append("/.").append(target.filename().string()).append(".XXXXXX");
   int fd = mkstemp(tmp.data());
   if (fd < 0) return "cannot create a file in " + dir.string() + ": " + errno_text();
   auto fail = [&](const std::string& what) {

@@ -75,6 +75,24 @@ struct LaunchOptions {
   GpuVisibility gpu_visibility = GpuVisibility::per_worker;
   std::string program;
   std::vector<std::string> program_args;
+
+  // What accelerate's users set and their scripts read (see worker_variables).
+  std::string mixed_precision;  ///< no, fp16, bf16 or fp8, for ACCELERATE_MIXED_PRECISION; empty: not set
+  bool use_cpu = false;         ///< a CPU job: the machine's GPUs are not used (ACCELERATE_USE_CPU)
+  bool debug = false;           ///< ACCELERATE_DEBUG_MODE: accelerate checks collective operations
+  /// The config file's `env:` entries that no inherited variable overrides, in file order.
+  std::vector<std::pair<std::string, std::string>> extra_env;
+  std::string config_file;  ///< the config file in effect; empty: none
 };
+
+/// The variables a launch adds to the inherited environment for dtlaunch and its workers alike:
+/// `env:` entries and ACCELERATE_MIXED_PRECISION / ACCELERATE_USE_CPU / ACCELERATE_DEBUG_MODE.
+inline std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchOptions& o) {
+  auto vars = o.extra_env;
+  if (!o.mixed_precision.empty()) vars.emplace_back("ACCELERATE_MIXED_PRECISION", o.mixed_precision);
+  if (o.use_cpu) vars.emplace_back("ACCELERATE_USE_CPU", "true");
+  if (o.debug) vars.emplace_back("ACCELERATE_DEBUG_MODE", "true");
+  return vars;
+}
 
 }  // namespace dtl::config

@@ -30,6 +30,11 @@ inline std::string join(const std::vector<std::string>& items, const std::string
   return out;
 }
 
+inline std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return s;
+}
+
 inline std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) {
     s.replace(pos, from.size(), to);

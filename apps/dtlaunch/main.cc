@@ -43,18 +43,23 @@ int main(int argc, char** argv) {
   auto env = config::process_env();
   auto parsed = config::parse_command_line(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!parsed.options) {
+    for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
     (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
     return parsed.exit_code;
   }
   const config::LaunchOptions& options = *parsed.options;
   setup_logging();
+  for (const auto& w : parsed.warnings) spdlog::warn("{}", w);
+  // The config file's env: entries and accelerate's variables: inherited by the workers like the rest.
+  for (const auto& [name, value] : config::worker_variables(options)) setenv(name.c_str(), value.c_str(), 1);
 
   // Orphans of workers come to dtlaunch, which stops them; the guard covers a SIGKILLed dtlaunch.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   // A console that went away (`dtlaunch ... | head`) must not kill the job: its output is dropped.
   signal(SIGPIPE, SIG_IGN);
   try {
-    launcher::HostFacts host{launcher::discover_gpus(options.fake_gpus), cpu_count(), env,
+    launcher::HostFacts host{options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
+                             cpu_count(), env,
                              rendezvous::reserve_check};
     auto planned = launcher::make_plan(options, host);
     if (auto* err = std::get_if<launcher::PlanError>(&planned)) {

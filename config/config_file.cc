@@ -1,0 +1,469 @@
+#include "config/config_file.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <yaml-cpp/yaml.h>
+
+#include "config/text.h"
+
+namespace dtl::config {
+namespace {
+
+/// A user's mistake in the file, already formatted with its location.
+struct Bad {
+  std::string message;
+};
+
+/// Keys that accept a YAML list as well as "0,2".
+const std::set<std::string> kListKeys = {"gpu_ids", "local_ranks_filter", "signals_to_handle"};
+
+/// accelerate's keys that name a dtlaunch flag, for a hint when they show up in a dtlaunch file.
+const std::map<std::string, std::string> kAccelerateNames = {
+    {"num_processes", "nproc_per_node"}, {"num_machines", "nnodes"},       {"machine_rank", "node_rank"},
+    {"main_process_ip", "master_addr"},  {"main_process_port", "master_port"}};
+
+std::string upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+/// YAML 1.1's booleans (accelerate's files are read by PyYAML, where `no` is false).
+std::optional<bool> yaml_bool(const std::string& s) {
+  static const std::set<std::string> yes = {"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"};
+  static const std::set<std::string> no = {"n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"};
+  if (yes.count(s)) return true;
+  if (no.count(s)) return false;
+  return std::nullopt;
+}
+
+bool plain(const YAML::Node& n) { return n.Tag() == "?"; }
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+    default: return "nothing";
+  }
+}
+
+/// One `key: value` of the top-level map, with where each part is.
+struct Entry {
+  std::string name;
+  YAML::Node key;
+  YAML::Node value;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string path) : path_(std::move(path)) {}
+
+  std::string at(const YAML::Mark& m) const {
+    if (m.is_null()) return path_;
+    return path_ + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+  }
+  /// Where a value is; `key:` with nothing after it points at the key.
+  std::string at(const Entry& e) const { return at(e.value.IsNull() ? e.key.Mark() : e.value.Mark()); }
+  std::string where(const Entry& e) const { return at(e) + ": " + e.name; }
+
+  [[noreturn]] void fail(const Entry& e, const std::string& what) const { throw Bad{where(e) + ": " + what}; }
+  [[noreturn]] void expected(const Entry& e, const std::string& what) const {
+    fail(e, "expected " + what + ", got " + describe(e.value));
+  }
+
+  std::vector<Entry> entries(const YAML::Node& root) const {
+    if (!root.IsMap()) {
+      throw Bad{at(root.Mark()) + ": expected a map of settings (key: value lines), got " + describe(root)};
+    }
+    std::vector<Entry> out;
+    std::map<std::string, int> first_line;
+    for (auto it = root.begin(); it != root.end(); ++it) {
+      if (!it->first.IsScalar()) {
+        throw Bad{at(it->first.Mark()) + ": expected a key name, got " + describe(it->first)};
+      }
+      Entry e{it->first.Scalar(), it->first, it->second};
+      auto [pos, fresh] = first_line.emplace(e.name, e.key.Mark().line + 1);
+      if (!fresh) fail(e, "set twice (first on line " + std::to_string(pos->second) + ")");
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  std::string scalar(const Entry& e, const std::string& what = "a single value") const {
+    if (!e.value.IsScalar()) expected(e, what);
+    return e.value.Scalar();
+  }
+
+  bool boolean(const Entry& e) const {
+    if (e.value.IsScalar()) {
+      const std::string& s = e.value.Scalar();
+      if (auto b = yaml_bool(s)) return *b;
+      if (s == "1" || s == "0") return s == "1";
+    }
+    expected(e, "true or false");
+  }
+
+  long integer(const Entry& e, long lo, long hi, const std::string& what) const {
+    if (e.value.IsScalar()) {
+      const std::string& s = e.value.Scalar();
+      char* end = nullptr;
+      errno = 0;
+      long v = s.empty() ? 0 : std::strtol(s.c_str(), &end, 10);
+      if (!s.empty() && *end == '\0' && errno != ERANGE && v >= lo && v <= hi) return v;
+    }
+    expected(e, what);
+  }
+
+  /// A list of scalars, or one scalar ("0,2"), as the comma-separated text a flag takes.
+  std::string list(const Entry& e) const {
+    if (e.value.IsScalar()) return e.value.Scalar();
+    if (e.value.IsSequence()) {
+      std::vector<std::string> items;
+      for (const auto& item : e.value) {
+        if (!item.IsScalar()) expected(e, "a list of single values");
+        items.push_back(item.Scalar());
+      }
+      return text::join(items);
+    }
+    expected(e, "a list or a comma-separated value");
+  }
+
+  /// mixed_precision: unquoted `no` is YAML 1.1's false, and means 'no'.
+  std::string precision(const Entry& e) const {
+    std::string s = scalar(e);
+    if (plain(e.value) && yaml_bool(s) == false) return "no";
+    return s;
+  }
+
+  FileValue value(const Entry& e, std::string v, std::string note = "") const {
+    return FileValue{std::move(v), where(e), std::move(note)};
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+bool valid_variable_name(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+void read_env(const Reader& r, const Entry& e, ConfigFile& out) {
+  if (e.value.IsNull()) return;
+  if (!e.value.IsMap()) r.expected(e, "a map of VARIABLE: value");
+  std::set<std::string> seen;
+  for (auto it = e.value.begin(); it != e.value.end(); ++it) {
+    Entry var{it->first.IsScalar() ? it->first.Scalar() : "", it->first, it->second};
+    if (!it->first.IsScalar() || !valid_variable_name(var.name)) {
+      throw Bad{r.at(it->first.Mark()) + ": env: expected variable names like NCCL_DEBUG, got " +
+                describe(it->first)};
+    }
+    if (!seen.insert(var.name).second) throw Bad{r.where(var) + ": set twice in env"};
+    std::string v = var.value.IsNull() ? "" : var.value.IsScalar() ? var.value.Scalar() : "";
+    if (!var.value.IsNull() && !var.value.IsScalar()) {
+      throw Bad{r.at(var) + ": env: " + var.name + ": expected a single value, got " + describe(var.value)};
+    }
+    out.env.emplace_back(var.name, FileValue{v, r.at(var) + ": env: " + var.name, ""});
+  }
+}
+
+void read_dtlaunch(const Reader& r, const std::vector<Entry>& entries, const Schema& schema, ConfigFile& out) {
+  for (const auto& e : entries) {
+    if (e.name == "env") {
+      read_env(r, e, out);
+      continue;
+    }
+    if (std::find(schema.keys.begin(), schema.keys.end(), e.name) == schema.keys.end()) {
+      std::string hint;
+      auto acc = kAccelerateNames.find(e.name);
+      if (acc != kAccelerateNames.end()) {
+        hint = " (did you mean " + acc->second + "? " + e.name +
+               " is accelerate's key, read only from files that have distributed_type)";
+      } else {
+        std::vector<std::string> keys = schema.keys;
+        keys.push_back("env");
+        std::string near = did_you_mean(e.name, keys);
+        hint = near.empty() ? " (the keys are dtlaunch's flag names, see dtlaunch --help, and env)"
+                            : " (did you mean " + near + "?)";
+      }
+      throw Bad{r.at(e.key.Mark()) + ": " + e.name + ": unknown key" + hint};
+    }
+    if (e.value.IsNull()) continue;
+    std::string v;
+    if (schema.switches.count(e.name)) {
+      v = r.boolean(e) ? "1" : "0";
+    } else if (kListKeys.count(e.name)) {
+      v = r.list(e);
+    } else if (e.name == "mixed_precision") {
+      v = r.precision(e);
+    } else {
+      v = r.scalar(e);
+    }
+    out.values[e.name] = r.value(e, v);
+  }
+}
+
+/// Empty, false, 'no' or made of such values only: a section or key left at its default.
+bool unset(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null: return true;
+    case YAML::NodeType::Scalar: return n.Scalar().empty() || yaml_bool(n.Scalar()) == false || n.Scalar() == "0";
+    case YAML::NodeType::Sequence: return n.size() == 0;
+    case YAML::NodeType::Map:
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        if (!unset(it->second)) return false;
+      }
+      return true;
+    default: return true;
+  }
+}
+
+void read_accelerate(const Reader& r, const std::vector<Entry>& entries, ConfigFile& out) {
+  std::map<std::string, const Entry*> by_name;
+  for (const auto& e : entries) by_name[e.name] = &e;
+  auto get = [&](const std::string& name) -> const Entry* {
+    auto it = by_name.find(name);
+    return it == by_name.end() || it->second->value.IsNull() ? nullptr : it->second;
+  };
+
+  const Entry* type = get("distributed_type");
+  if (!type) {
+    throw Bad{r.path() + ": distributed_type: missing; accelerate's files name the kind of job "
+                         "(NO, MULTI_CPU, MULTI_GPU, ...)"};
+  }
+  const std::string dist = upper(r.scalar(*type));
+  static const std::set<std::string> gpu_types = {"MULTI_GPU", "DEEPSPEED", "FSDP", "MEGATRON_LM"};
+  if (!gpu_types.count(dist) && dist != "NO" && dist != "MULTI_CPU") {
+    r.expected(*type, "one of NO, MULTI_CPU, MULTI_GPU, DEEPSPEED, FSDP, MEGATRON_LM (dtlaunch starts CPU and "
+                      "CUDA jobs)");
+  }
+
+  bool cpu = dist == "MULTI_CPU";
+  if (const Entry* e = get("use_cpu")) {
+    cpu = cpu || r.boolean(*e);
+    out.values["use_cpu"] = r.value(*e, cpu ? "1" : "0");
+  }
+  if (cpu && !out.values.count("use_cpu")) out.values["use_cpu"] = r.value(*type, "1");
+
+  long machines = 1;
+  if (const Entry* e = get("num_machines")) {
+    machines = r.integer(*e, 1, 1 << 20, "an integer >= 1");
+    out.values["nnodes"] = r.value(*e, std::to_string(machines));
+  }
+  if (const Entry* e = get("machine_rank")) {
+    long rank = r.integer(*e, 0, 1 << 20, "an integer >= 0");
+    if (rank >= machines) {
+      r.fail(*e, "expected a rank in 0.." + std::to_string(machines - 1) + " for num_machines=" +
+                     std::to_string(machines) + ", got " + std::to_string(rank));
+    }
+    out.values["node_rank"] = r.value(*e, std::to_string(rank));
+  }
+  const Entry* nproc = get("num_processes");
+  if (nproc && nproc->value.IsScalar() && nproc->value.Scalar() == "-1") nproc = nullptr;  // accelerate's "unset"
+  if (nproc) {
+    long total = r.integer(*nproc, 1, 1 << 20, "an integer >= 1");
+    if (total % machines != 0) {
+      r.fail(*nproc, "expected a total divisible by num_machines=" + std::to_string(machines) +
+                         " (num_processes counts the processes of all machines), got " + std::to_string(total));
+    }
+    std::string note = machines > 1 ? "total " + std::to_string(total) + " over " + std::to_string(machines) +
+                                          " machines"
+                                    : "";
+    out.values["nproc_per_node"] = r.value(*nproc, std::to_string(total / machines), note);
+  } else if (gpu_types.count(dist) && !cpu) {
+    out.values["nproc_per_node"] = r.value(*type, "gpu", "no num_processes: one per GPU");
+  }
+
+  const Entry* ip = get("main_process_ip");
+  const Entry* port = get("main_process_port");
+  long port_number = 29500;
+  if (port) port_number = r.integer(*port, 0, 65535, "a port in 0..65535");
+  std::string address = ip ? r.scalar(*ip) : "";
+  bool same_network = true;
+  if (const Entry* e = get("same_network")) same_network = r.boolean(*e);
+  if (machines > 1) {
+    if (address.empty()) {
+      r.fail(*get("num_machines"), std::to_string(machines) +
+                                       " machines need main_process_ip, the address of machine 0");
+    }
+    if (same_network) {
+      out.values["master_addr"] = r.value(*ip, address);
+      if (port) out.values["master_port"] = r.value(*port, std::to_string(port_number));
+    } else {
+      std::string endpoint = address + ":" + std::to_string(port_number);
+      out.values["rdzv_endpoint"] = r.value(*ip, endpoint, "main_process_ip:main_process_port, same_network: false");
+    }
+  } else if (port) {
+    out.values["master_port"] = r.value(*port, std::to_string(port_number));
+  }
+  if (const Entry* e = get("rdzv_backend")) out.values["rdzv_backend"] = r.value(*e, r.scalar(*e));
+
+  if (const Entry* e = get("gpu_ids"); e && !cpu) {
+    std::string ids = r.list(*e);
+    if (text::lower(text::trim(ids)) != "all") out.values["gpu_ids"] = r.value(*e, ids);
+  }
+  if (const Entry* e = get("mixed_precision")) out.values["mixed_precision"] = r.value(*e, r.precision(*e));
+  if (const Entry* e = get("debug")) out.values["debug"] = r.value(*e, r.boolean(*e) ? "1" : "0");
+
+  // What accelerate does and dtlaunch does not: named once, unless left at its default.
+  static const std::set<std::string> acted_on = {
+      "distributed_type", "use_cpu",      "num_machines", "machine_rank",    "num_processes", "main_process_ip",
+      "main_process_port", "same_network", "rdzv_backend", "gpu_ids",        "mixed_precision", "debug",
+      "main_training_function"};
+  std::vector<std::string> ignored;
+  if (gpu_types.count(dist) && dist != "MULTI_GPU") ignored.push_back("distributed_type: " + dist);
+  for (const auto& e : entries) {
+    if (acted_on.count(e.name)) continue;
+    if (e.name == "compute_environment") {
+      if (e.value.IsScalar() && e.value.Scalar() != "LOCAL_MACHINE") ignored.push_back(e.name + ": " + e.value.Scalar());
+      continue;
+    }
+    if (!unset(e.value)) ignored.push_back(e.name);
+  }
+  if (!ignored.empty()) {
+    out.warnings.push_back(r.path() + ": ignoring " + text::join(ignored, ", ") +
+                           " (accelerate features that dtlaunch does not set up; it launches the processes only)");
+  }
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  auto norm = [](std::string s) {
+    s = text::lower(std::move(s));
+    std::replace(s.begin(), s.end(), '-', '_');
+    return s;
+  };
+  const std::string w = norm(word);
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, w.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(w, norm(c));
+    if (d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+ConfigResult parse_config(const std::string& text, const std::string& path, const Schema& schema) {
+  Reader r(path);
+  ConfigFile out;
+  out.path = path;
+  try {
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::ParserException& e) {
+      return r.at(e.mark) + ": YAML syntax error: " + e.msg;
+    }
+    if (root.IsNull()) return out;  // an empty file, or comments only
+    auto entries = r.entries(root);
+    bool accelerate = std::any_of(entries.begin(), entries.end(), [](const Entry& e) {
+      return e.name == "distributed_type" || e.name == "compute_environment";
+    });
+    if (accelerate) {
+      out.format = ConfigFile::Format::accelerate;
+      read_accelerate(r, entries, out);
+    } else {
+      read_dtlaunch(r, entries, schema, out);
+    }
+  } catch (const Bad& bad) {
+    return bad.message;
+  } catch (const YAML::Exception& e) {
+    return r.at(e.mark) + ": " + e.msg;
+  }
+  return out;
+}
+
+std::string default_config_path(const EnvLookup& env) {
+  auto xdg = env("XDG_CONFIG_HOME");
+  if (xdg && !xdg->empty()) return *xdg + "/dtlaunch/default_config.yaml";
+  auto home = env("HOME");
+  if (home && !home->empty()) return *home + "/.config/dtlaunch/default_config.yaml";
+  return "";
+}
+
+std::optional<ConfigLocation> locate_config(const std::optional<std::string>& flag, const EnvLookup& env) {
+  if (flag) {
+    if (flag->empty()) return std::nullopt;
+    return ConfigLocation{*flag, "--config_file"};
+  }
+  if (auto v = env("DTLAUNCH_CONFIG_FILE")) {
+    if (v->empty()) return std::nullopt;
+    return ConfigLocation{*v, "DTLAUNCH_CONFIG_FILE"};
+  }
+  std::string path = default_config_path(env);
+  if (path.empty()) return std::nullopt;
+  return ConfigLocation{path, "default"};
+}
+
+std::variant<std::optional<ConfigFile>, std::string> load_config(const std::optional<ConfigLocation>& where,
+                                                                 const ReadFile& files, const Schema& schema) {
+  if (!where) return std::optional<ConfigFile>();
+  FileRead read = files(where->path);
+  if (read.status == FileRead::Status::missing && where->chosen_by == "default") return std::optional<ConfigFile>();
+  if (read.status != FileRead::Status::ok) {
+    std::string who = where->chosen_by == "default" ? where->path : where->chosen_by;
+    return who + ": cannot read '" + where->path + "': " + read.text;
+  }
+  auto parsed = parse_config(read.text, where->path, schema);
+  if (auto* error = std::get_if<std::string>(&parsed)) return *error;
+  return std::optional<ConfigFile>(std::move(std::get<ConfigFile>(parsed)));
+}
+
+std::string yaml_scalar(const std::string& s) {
+  if (s.empty()) return "''";
+  bool safe = !yaml_bool(s) && s != "null" && s != "Null" && s != "NULL" && s != "~" &&
+              s.front() != ' ' && s.back() != ' ' && !std::strchr("-?:,[]{}#&*!|>'\"%@`", s.front());
+  for (char c : s) {
+    safe = safe && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_./:,-+@=", c));
+  }
+  if (safe && s.find(": ") == std::string::npos) return s;
+  return "'" + text::replace_all(s, "'", "''") + "'";
+}
+
+std::string format_settings(const std::string& header, const std::vector<EffectiveSetting>& settings,
+                            const std::vector<EffectiveSetting>& env) {
+  auto shown = [](const EffectiveSetting& s) {
+    if (s.is_switch) return std::string(s.value == "1" ? "true" : "false");
+    return s.value.empty() ? std::string("~") : yaml_scalar(s.value);
+  };
+  size_t width = 0;
+  for (const auto& s : settings) width = std::max(width, s.name.size() + 2 + shown(s).size());
+  for (const auto& s : env) width = std::max(width, s.name.size() + 4 + yaml_scalar(s.value).size());
+  std::string out = header;
+  auto line = [&](const std::string& text, const std::string& source) {
+    out += text + std::string(width - std::min(width, text.size()) + 2, ' ') + "# " + source + "\n";
+  };
+  for (const auto& s : settings) line(s.name + ": " + shown(s), s.source);
+  if (!env.empty()) {
+    out += "env:\n";
+    for (const auto& s : env) line("  " + s.name + ": " + yaml_scalar(s.value), s.source);
+  }
+  return out;
+}
+
+}  // namespace dtl::config

@@ -1,0 +1,82 @@
+// Config files: dtlaunch's own YAML, whose keys are the flags' names, and accelerate's, read as
+// accelerate writes them. Both become flag values that carry their file location, so that
+// parse_command_line merges them with flags and variables by one rule.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "config/command_line.h"
+#include "config/files.h"
+
+namespace dtl::config {
+
+/// One setting from a file, as the flag of the same name would take it.
+struct FileValue {
+  std::string value;
+  std::string where;  ///< "cfg.yaml:4:17: nproc_per_node": the location and the key as written
+  std::string note;   ///< how accelerate's keys became this value, for --print_config
+};
+
+struct ConfigFile {
+  enum class Format { dtlaunch, accelerate };
+  Format format = Format::dtlaunch;
+  std::string path;
+  std::map<std::string, FileValue> values;             ///< by flag name
+  std::vector<std::pair<std::string, FileValue>> env;  ///< the `env:` section, in file order
+  std::vector<std::string> warnings;                   ///< one line each, without "warning: "
+};
+
+/// The keys of dtlaunch's own files: the flags' names; `switches` take true/false.
+struct Schema {
+  std::vector<std::string> keys;
+  std::set<std::string> switches;
+};
+
+/// A parsed file, or one error line "cfg.yaml:3:5: key: expected ..., got ...".
+using ConfigResult = std::variant<ConfigFile, std::string>;
+
+/// Files with `distributed_type` or `compute_environment` are accelerate's; the others dtlaunch's.
+ConfigResult parse_config(const std::string& text, const std::string& path, const Schema& schema);
+
+/// Which file is in effect, and what chose it ("--config_file", "DTLAUNCH_CONFIG_FILE", "default").
+struct ConfigLocation {
+  std::string path;
+  std::string chosen_by;
+};
+
+/// $XDG_CONFIG_HOME/dtlaunch/default_config.yaml, else ~/.config/dtlaunch/...; "" with neither set.
+std::string default_config_path(const EnvLookup& env);
+
+/// --config_file, else $DTLAUNCH_CONFIG_FILE, else the default path. An empty value means no file.
+std::optional<ConfigLocation> locate_config(const std::optional<std::string>& flag, const EnvLookup& env);
+
+/// Reads and parses the file; a default file that does not exist is no file (std::nullopt), a named
+/// one is an error.
+std::variant<std::optional<ConfigFile>, std::string> load_config(const std::optional<ConfigLocation>& where,
+                                                                 const ReadFile& files, const Schema& schema);
+
+/// The candidate nearest to `word` by edit distance (`-` and `_` alike), or "" when none is close.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+
+/// `text` as a YAML scalar that reads back as the same string (quoted only when it must be).
+std::string yaml_scalar(const std::string& text);
+
+/// A line of --print_config.
+struct EffectiveSetting {
+  std::string name;
+  std::string value;   ///< as the flag holds it; switches "1"/"0"
+  std::string source;  ///< "--nproc_per_node", "PET_NPROC_PER_NODE", "cfg.yaml:3:17: ...", "default"
+  bool is_switch = false;
+};
+
+/// The settings as a dtlaunch config file, each with where it came from as a comment.
+std::string format_settings(const std::string& header, const std::vector<EffectiveSetting>& settings,
+                            const std::vector<EffectiveSetting>& env);
+
+}  // namespace dtl::config

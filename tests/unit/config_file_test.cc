@@ -1,0 +1,309 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "config/command_line.h"
+#include "config/config_file.h"
+
+using namespace dtl::config;
+
+namespace {
+
+using Vars = std::map<std::string, std::string>;
+
+EnvLookup env_of(Vars vars) {
+  return [vars](const std::string& k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+/// A disk that holds only these files.
+ReadFile files_of(std::map<std::string, std::string> files) {
+  return [files](const std::string& path) -> FileRead {
+    auto it = files.find(path);
+    if (it == files.end()) return {FileRead::Status::missing, "No such file or directory"};
+    return {FileRead::Status::ok, it->second};
+  };
+}
+
+ParseResult parse_with(const std::string& yaml, std::vector<std::string> args, Vars vars = {}) {
+  args.insert(args.begin(), {"--config_file", "cfg.yaml"});
+  return parse_command_line(args, env_of(std::move(vars)), files_of({{"cfg.yaml", yaml}}));
+}
+
+LaunchOptions ok(const std::string& yaml, std::vector<std::string> args = {"train.py"}, Vars vars = {}) {
+  auto r = parse_with(yaml, std::move(args), std::move(vars));
+  INFO(r.output);
+  REQUIRE(r.options);
+  return *r.options;
+}
+
+/// The one error line, without "dtlaunch: error: ".
+std::string error(const std::string& yaml, std::vector<std::string> args = {"train.py"}, Vars vars = {}) {
+  auto r = parse_with(yaml, std::move(args), std::move(vars));
+  REQUIRE_FALSE(r.options);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find('\n') == std::string::npos);
+  REQUIRE(r.output.rfind("dtlaunch: error: ", 0) == 0);
+  return r.output.substr(17);
+}
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// `# test-args: a b` and `# test-env: K=V K2=V2` lines of a golden input.
+std::vector<std::string> directive(const std::string& text, const std::string& name) {
+  std::vector<std::string> out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# " + name + ":", 0) != 0) continue;
+    std::istringstream words(line.substr(name.size() + 3));
+    std::string w;
+    while (words >> w) out.push_back(w);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("golden: each config file gives the settings that --print_config shows") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(DTL_GOLDEN_DIR) / "config";
+  std::vector<fs::path> inputs;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() == ".yaml") inputs.push_back(entry.path());
+  }
+  std::sort(inputs.begin(), inputs.end());
+  REQUIRE(inputs.size() >= 8);
+  const bool update = std::getenv("DTL_UPDATE_GOLDEN") != nullptr;
+  for (const auto& input : inputs) {
+    const std::string name = input.filename().string();
+    const std::string text = read_text(input);
+    std::vector<std::string> args{"--config_file", name, "--print_config"};
+    for (const auto& a : directive(text, "test-args")) args.push_back(a);
+    Vars vars;
+    for (const auto& kv : directive(text, "test-env")) vars[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+    auto r = parse_command_line(args, env_of(vars), files_of({{name, text}}));
+    std::string got = r.output;
+    for (const auto& w : r.warnings) got += "warning: " + w + "\n";
+    fs::path expected_path = input;
+    expected_path.replace_extension(".expected");
+    if (update) std::ofstream(expected_path) << got;
+    INFO(name << " (DTL_UPDATE_GOLDEN=1 unit_tests rewrites the .expected files)");
+    CHECK(r.exit_code == 0);
+    CHECK(got == read_text(expected_path));
+  }
+}
+
+TEST_CASE("precedence is one rule for every key: flag, then variable, then file, then default") {
+  const std::string yaml = "nproc_per_node: 2\nmax_restarts: 4\nfake_gpus: 3\nrole: fromfile\n";
+  auto o = ok(yaml);
+  CHECK(o.nproc_per_node.count == 2);
+  CHECK(o.max_restarts == 4);
+  CHECK(o.fake_gpus == 3);
+  CHECK(o.role == "fromfile");
+  CHECK(o.config_file == "cfg.yaml");
+  o = ok(yaml, {"train.py"}, {{"PET_NPROC_PER_NODE", "5"}, {"DTLAUNCH_FAKE_GPUS", "8"}});
+  CHECK(o.nproc_per_node.count == 5);
+  CHECK(o.fake_gpus == 8);
+  CHECK(o.max_restarts == 4);
+  o = ok(yaml, {"--nproc_per_node=7", "train.py"}, {{"PET_NPROC_PER_NODE", "5"}});
+  CHECK(o.nproc_per_node.count == 7);
+  CHECK(ok("").nproc_per_node.count == 1);
+}
+
+TEST_CASE("a switch in a file is a YAML boolean, and a flag turns it on over the file") {
+  CHECK(ok("no_python: yes\n").no_python);
+  CHECK(ok("no_python: true\n").no_python);
+  CHECK_FALSE(ok("standalone: off\n").standalone);
+  CHECK(ok("standalone: false\n", {"--standalone", "t.py"}).standalone);
+  CHECK(ok("standalone: true\n", {"t.py"}, {{"PET_STANDALONE", "0"}}).standalone == false);
+}
+
+TEST_CASE("the env section is added to the workers' environment unless the variable is already set") {
+  auto o = ok("env:\n  NCCL_DEBUG: INFO\n  A_FLAG: no\n  EMPTY:\n", {"t.py"}, {{"NCCL_DEBUG", "WARN"}});
+  CHECK(o.extra_env == std::vector<std::pair<std::string, std::string>>{{"A_FLAG", "no"}, {"EMPTY", ""}});
+}
+
+TEST_CASE("accelerate's settings reach the workers as accelerate's variables") {
+  auto o = ok("distributed_type: MULTI_GPU\nmixed_precision: no\ndebug: true\nnum_processes: 2\n");
+  CHECK(o.mixed_precision == "no");
+  CHECK(worker_variables(o) == std::vector<std::pair<std::string, std::string>>{
+                                   {"ACCELERATE_MIXED_PRECISION", "no"}, {"ACCELERATE_DEBUG_MODE", "true"}});
+  auto cpu = ok("distributed_type: MULTI_CPU\nnum_processes: 3\ngpu_ids: '0'\n");
+  CHECK(cpu.use_cpu);
+  CHECK_FALSE(cpu.gpu_ids);
+  CHECK(cpu.nproc_per_node.count == 3);
+  CHECK(worker_variables(cpu) == std::vector<std::pair<std::string, std::string>>{{"ACCELERATE_USE_CPU", "true"}});
+  CHECK(worker_variables(ok("")).empty());
+}
+
+TEST_CASE("accelerate's num_processes is the total over all machines") {
+  auto r = parse_with("distributed_type: MULTI_GPU\nnum_machines: 2\nmain_process_ip: h\nnum_processes: 8\n",
+                      {"--print_config"});
+  CHECK(r.output.find("nproc_per_node: 4") != std::string::npos);
+  CHECK(r.output.find("nnodes: 2") != std::string::npos);
+  CHECK(ok("distributed_type: MULTI_GPU\n").nproc_per_node.kind == NprocSpec::Kind::gpu);
+  CHECK(ok("distributed_type: MULTI_GPU\nnum_processes: -1\n").nproc_per_node.kind == NprocSpec::Kind::gpu);
+}
+
+TEST_CASE("YAML syntax errors and wrong types name the file, line, column and key") {
+  CHECK(error("gpu_ids: [0,\n") == "cfg.yaml:2:1: YAML syntax error: end of sequence flow not found");
+  CHECK(error("a: 1\n  b: 2\n") == "cfg.yaml:2:4: YAML syntax error: illegal map value");
+  CHECK(error("- nproc_per_node: 2\n") ==
+        "cfg.yaml:1:1: expected a map of settings (key: value lines), got a list");
+  CHECK(error("just words\n") == "cfg.yaml:1:1: expected a map of settings (key: value lines), got 'just words'");
+  CHECK(error("[a, b]: 1\n") == "cfg.yaml:1:1: expected a key name, got a list");
+  CHECK(error("standalone: maybe\n") == "cfg.yaml:1:13: standalone: expected true or false, got 'maybe'");
+  CHECK(error("nproc_per_node: [1, 2]\n") == "cfg.yaml:1:17: nproc_per_node: expected a single value, got a list");
+  CHECK(error("gpu_ids: {a: 1}\n") == "cfg.yaml:1:10: gpu_ids: expected a list or a comma-separated value, got a map");
+  CHECK(error("gpu_ids: [[0]]\n") == "cfg.yaml:1:10: gpu_ids: expected a list of single values, got a list");
+  CHECK(error("max_restarts: 1\nrole: a\nmax_restarts: 2\n") ==
+        "cfg.yaml:3:15: max_restarts: set twice (first on line 1)");
+  CHECK(error("env: [A]\n") == "cfg.yaml:1:6: env: expected a map of VARIABLE: value, got a list");
+  CHECK(error("env:\n  NCCL-DEBUG: 1\n") == "cfg.yaml:2:3: env: expected variable names like NCCL_DEBUG, got 'NCCL-DEBUG'");
+  CHECK(error("env:\n  A: [1]\n") == "cfg.yaml:2:6: env: A: expected a single value, got a list");
+}
+
+TEST_CASE("values from a file are checked like flags, and the error names the file") {
+  CHECK(error("nproc_per_node: 0\n") ==
+        "cfg.yaml:1:17: nproc_per_node: expected a positive integer or one of gpu, cpu, auto, got '0'");
+  CHECK(error("\nmax_restarts: lots\n") == "cfg.yaml:2:15: max_restarts: expected an integer >= 0, got 'lots'");
+  CHECK(error("mixed_precision: fp32\n") == "cfg.yaml:1:18: mixed_precision: expected one of no, fp16, bf16, fp8, got 'fp32'");
+  CHECK(error("gpu_ids: [0, 0]\n") == "cfg.yaml:1:10: gpu_ids: GPU 0 is listed twice");
+  CHECK(error("nnodes: 2\nnode_rank: 2\n", {"--print_config"}) ==
+        "cfg.yaml:2:12: node_rank: expected a node rank in 0..1, got '2'");
+  CHECK(error("rdzv_backend: etcd\n") == "cfg.yaml:1:15: rdzv_backend: expected static or c10d, got 'etcd'");
+  // The same checks, from a flag, keep the command line's format.
+  CHECK(error("", {"--mixed_precision=fp32", "t.py"}) == "--mixed_precision: expected one of no, fp16, bf16, fp8 (got 'fp32')");
+}
+
+TEST_CASE("an unknown key in dtlaunch's format is an error that suggests the nearest key") {
+  CHECK(error("nproc_per_nod: 2\n") == "cfg.yaml:1:1: nproc_per_nod: unknown key (did you mean nproc_per_node?)");
+  CHECK(error("max-restarts: 2\n") == "cfg.yaml:1:1: max-restarts: unknown key (did you mean max_restarts?)");
+  CHECK(error("role: a\nenvs:\n  A: 1\n") == "cfg.yaml:2:1: envs: unknown key (did you mean env?)");
+  CHECK(error("colour: blue\n") ==
+        "cfg.yaml:1:1: colour: unknown key (the keys are dtlaunch's flag names, see dtlaunch --help, and env)");
+  CHECK(error("num_processes: 8\n") ==
+        "cfg.yaml:1:1: num_processes: unknown key (did you mean nproc_per_node? num_processes is accelerate's key, "
+        "read only from files that have distributed_type)");
+}
+
+TEST_CASE("accelerate files: what is impossible is an error, in accelerate's words") {
+  CHECK(error("compute_environment: LOCAL_MACHINE\nnum_processes: 2\n") ==
+        "cfg.yaml: distributed_type: missing; accelerate's files name the kind of job (NO, MULTI_CPU, MULTI_GPU, ...)");
+  CHECK(error("distributed_type: XLA\n") ==
+        "cfg.yaml:1:19: distributed_type: expected one of NO, MULTI_CPU, MULTI_GPU, DEEPSPEED, FSDP, MEGATRON_LM "
+        "(dtlaunch starts CPU and CUDA jobs), got 'XLA'");
+  CHECK(error("distributed_type: MULTI_GPU\nnum_machines: 2\nmain_process_ip: h\nnum_processes: 7\n") ==
+        "cfg.yaml:4:16: num_processes: expected a total divisible by num_machines=2 (num_processes counts the "
+        "processes of all machines), got 7");
+  CHECK(error("distributed_type: MULTI_GPU\nnum_machines: 2\nmachine_rank: 2\nmain_process_ip: h\n") ==
+        "cfg.yaml:3:15: machine_rank: expected a rank in 0..1 for num_machines=2, got 2");
+  CHECK(error("distributed_type: MULTI_GPU\nnum_machines: 0\n") ==
+        "cfg.yaml:2:15: num_machines: expected an integer >= 1, got '0'");
+  CHECK(error("distributed_type: MULTI_GPU\nnum_processes: two\n") ==
+        "cfg.yaml:2:16: num_processes: expected an integer >= 1, got 'two'");
+  CHECK(error("distributed_type: MULTI_GPU\nmain_process_port: 70000\n") ==
+        "cfg.yaml:2:20: main_process_port: expected a port in 0..65535, got '70000'");
+  CHECK(error("distributed_type: MULTI_GPU\nnum_machines: 3\n") ==
+        "cfg.yaml:2:15: num_machines: 3 machines need main_process_ip, the address of machine 0");
+  CHECK(error("distributed_type: MULTI_GPU\nsame_network: sometimes\n") ==
+        "cfg.yaml:2:15: same_network: expected true or false, got 'sometimes'");
+  CHECK(error("distributed_type: MULTI_GPU\nuse_cpu: 2\n") == "cfg.yaml:2:10: use_cpu: expected true or false, got '2'");
+}
+
+TEST_CASE("more workers than the GPUs a file lists is refused before anything starts") {
+  CHECK(error("nproc_per_node: 4\ngpu_ids: 0,1\n") ==
+        "cfg.yaml:1:17: nproc_per_node: expected at most 2 workers per node, the GPUs listed in gpu_ids "
+        "(cfg.yaml:2:10: gpu_ids), got '4'");
+  CHECK(error("gpu_ids: 0,1\n", {"--nproc_per_node=3", "t.py"}) ==
+        "--nproc_per_node: expected at most 2 workers per node, the GPUs listed in gpu_ids (cfg.yaml:1:10: gpu_ids) "
+        "(got '3')");
+  CHECK(error("distributed_type: MULTI_GPU\nnum_machines: 2\nmain_process_ip: h\nnum_processes: 8\ngpu_ids: '0,1'\n",
+              {"--print_config"}) ==
+        "cfg.yaml:4:16: num_processes: expected at most 2 workers per node, the GPUs listed in gpu_ids "
+        "(cfg.yaml:5:10: gpu_ids), got '4' (total 8 over 2 machines)");
+  CHECK(error("use_cpu: true\nnproc_per_node: gpu\n") ==
+        "cfg.yaml:2:17: nproc_per_node: expected a count, cpu or auto, since use_cpu is set (cfg.yaml:1:10: use_cpu), "
+        "got 'gpu'");
+  CHECK(ok("nproc_per_node: 2\ngpu_ids: 0,1\n").gpu_ids == std::vector<int>{0, 1});
+  CHECK_FALSE(ok("gpu_ids: all\n").gpu_ids);
+}
+
+TEST_CASE("the config file comes from the flag, then DTLAUNCH_CONFIG_FILE, then the default path") {
+  auto read = files_of({{"/x/dtlaunch/default_config.yaml", "max_restarts: 1\n"},
+                        {"/h/.config/dtlaunch/default_config.yaml", "max_restarts: 2\n"},
+                        {"mine.yaml", "max_restarts: 3\n"},
+                        {"env.yaml", "max_restarts: 4\n"}});
+  auto restarts = [&](std::vector<std::string> args, Vars vars) {
+    args.push_back("t.py");
+    auto r = parse_command_line(args, env_of(vars), read);
+    INFO(r.output);
+    REQUIRE(r.options);
+    return r.options->max_restarts;
+  };
+  CHECK(restarts({}, {{"XDG_CONFIG_HOME", "/x"}, {"HOME", "/h"}}) == 1);
+  CHECK(restarts({}, {{"HOME", "/h"}}) == 2);
+  CHECK(restarts({}, {{"HOME", "/elsewhere"}}) == 0);
+  CHECK(restarts({}, {}) == 0);
+  CHECK(restarts({}, {{"HOME", "/h"}, {"DTLAUNCH_CONFIG_FILE", "env.yaml"}}) == 4);
+  CHECK(restarts({"--config_file", "mine.yaml"}, {{"HOME", "/h"}, {"DTLAUNCH_CONFIG_FILE", "env.yaml"}}) == 3);
+  CHECK(restarts({"--config-file=mine.yaml"}, {}) == 3);
+  CHECK(restarts({"--config_file", ""}, {{"HOME", "/h"}}) == 0);
+  CHECK(restarts({}, {{"HOME", "/h"}, {"DTLAUNCH_CONFIG_FILE", ""}}) == 0);
+
+  auto r = parse_command_line({"--config_file", "nope.yaml", "t.py"}, env_of({}), read);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output == "dtlaunch: error: --config_file: cannot read 'nope.yaml': No such file or directory");
+  r = parse_command_line({"t.py"}, env_of({{"DTLAUNCH_CONFIG_FILE", "gone.yaml"}}), read);
+  CHECK(r.output == "dtlaunch: error: DTLAUNCH_CONFIG_FILE: cannot read 'gone.yaml': No such file or directory");
+}
+
+TEST_CASE("print_config says which file is in effect, and needs no program") {
+  auto r = parse_command_line({"--print_config"}, env_of({{"HOME", "/h"}}), files_of({}));
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.rfind("# dtlaunch settings in effect, and where each comes from (flag > variable > config file > "
+                       "default)\n# config file: none (/h/.config/dtlaunch/default_config.yaml does not exist)\n",
+                       0) == 0);
+  CHECK(r.output.find("\nnproc_per_node: 1  ") != std::string::npos);
+  r = parse_command_line({"--print_config", "--rdzv_token=s3cret"}, env_of({}), files_of({}));
+  CHECK(r.output.find("s3cret") == std::string::npos);
+  CHECK(r.output.find("rdzv_token: '<hidden>'") != std::string::npos);
+}
+
+TEST_CASE("did_you_mean picks the nearest name and stays quiet when nothing is near") {
+  std::vector<std::string> keys{"nproc_per_node", "nnodes", "node_rank", "max_restarts", "env"};
+  CHECK(did_you_mean("nproc-per-node", keys) == "nproc_per_node");
+  CHECK(did_you_mean("NNODES", keys) == "nnodes");
+  CHECK(did_you_mean("node_rnak", keys) == "node_rank");
+  CHECK(did_you_mean("restarts", keys) == "");
+  CHECK(did_you_mean("zzz", keys) == "");
+}
+
+TEST_CASE("yaml_scalar quotes only what would read back differently") {
+  CHECK(yaml_scalar("bf16") == "bf16");
+  CHECK(yaml_scalar("no") == "'no'");
+  CHECK(yaml_scalar("") == "''");
+  CHECK(yaml_scalar("0,1") == "0,1");
+  CHECK(yaml_scalar("/var/log/x") == "/var/log/x");
+  CHECK(yaml_scalar("it's: here") == "'it''s: here'");
+  CHECK(yaml_scalar("#x") == "'#x'");
+  CHECK(yaml_scalar("a b") == "'a b'");
+  for (std::string s : {"no", "yes", "a b", "it's", "-1x", "~", "null", "x: y", "10.0.0.1:29500"}) {
+    auto parsed = parse_config("env:\n  V: " + yaml_scalar(s) + "\n", "f", Schema{});
+    REQUIRE(std::holds_alternative<ConfigFile>(parsed));
+    CHECK(std::get<ConfigFile>(parsed).env.at(0).second.value == s);
+  }
+}
