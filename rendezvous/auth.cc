@@ -1,0 +1,122 @@
+#include "rendezvous/auth.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+namespace dtl::rendezvous {
+
+namespace {
+
+constexpr size_t kMaxTokenFile = 4096;
+
+std::string octal_mode(mode_t mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
+  return buf;
+}
+
+}  // namespace
+
+Nonce random_nonce() {
+  Nonce n{};
+  if (RAND_bytes(n.data(), static_cast<int>(n.size())) == 1) return n;
+  // OpenSSL's generator failed to seed: the kernel's is what it would have used.
+  size_t got = 0;
+  while (got < n.size()) {
+    ssize_t r = getrandom(n.data() + got, n.size() - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) throw std::runtime_error("no randomness for a rendezvous nonce: " + std::string(std::strerror(errno)));
+    got += static_cast<size_t>(r);
+  }
+  return n;
+}
+
+Bytes hmac_sha256(const std::string& key, const uint8_t* data, size_t size) {
+  Bytes out(EVP_MAX_MD_SIZE);
+  unsigned int len = 0;
+  static const uint8_t kEmpty = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), size ? data : &kEmpty, size, out.data(), &len);
+  out.resize(len);
+  return out;
+}
+
+Bytes proof(const std::string& token, const char* label, const std::string& run_id, const Nonce& first,
+            const Nonce& second) {
+  if (token.empty()) return {};
+  Bytes data(label, label + std::strlen(label));
+  data.insert(data.end(), run_id.begin(), run_id.end());
+  data.insert(data.end(), first.begin(), first.end());
+  data.insert(data.end(), second.begin(), second.end());
+  return hmac_sha256(token, data.data(), data.size());
+}
+
+bool proof_matches(const Bytes& expected, const Bytes& got) {
+  if (expected.empty() || expected.size() != got.size()) return false;
+  return CRYPTO_memcmp(expected.data(), got.data(), expected.size()) == 0;
+}
+
+std::variant<Token, TokenError> read_token(const std::optional<std::string>& flag,
+                                           const std::optional<std::string>& env,
+                                           const std::optional<std::string>& file) {
+  if (flag) {
+    if (flag->empty()) return TokenError{"--rdzv_token is empty"};
+    return Token{*flag, "--rdzv_token",
+                 "--rdzv_token on the command line is visible to every user of this machine (ps); "
+                 "prefer --rdzv_token_file or DTLAUNCH_RDZV_TOKEN"};
+  }
+  if (env) {
+    if (env->empty()) return TokenError{"DTLAUNCH_RDZV_TOKEN is set but empty"};
+    return Token{*env, "DTLAUNCH_RDZV_TOKEN", ""};
+  }
+  if (!file) return Token{};
+
+  const std::string& path = *file;
+  auto failure = [&](int err) { return TokenError{"cannot read token file " + path + ": " + std::strerror(err)}; };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return failure(errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return failure(err);
+  }
+  std::string value;
+  char buf[1024];
+  while (value.size() <= kMaxTokenFile) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return failure(err);
+    }
+    if (n == 0) break;
+    value.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (value.size() > kMaxTokenFile) {
+    return TokenError{"token file " + path + " is larger than " + std::to_string(kMaxTokenFile) + " bytes"};
+  }
+  while (!value.empty() && (value.back() == '\n' || value.back() == '\r')) value.pop_back();
+  if (value.empty()) return TokenError{"token file " + path + " is empty"};
+
+  Token token{value, "--rdzv_token_file " + path, ""};
+  if (st.st_mode & (S_IRGRP | S_IROTH)) {
+    token.warning = "token file " + path + " is readable by group or others (mode " + octal_mode(st.st_mode) +
+                    "); chmod 600 it";
+  }
+  return token;
+}
+
+}  // namespace dtl::rendezvous

@@ -1,0 +1,44 @@
+// Challenge-response with a shared token (HMAC-SHA256, OpenSSL's libcrypto): each side proves it
+// knows the token without ever sending it, and a node of another run id cannot join.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "rendezvous/protocol.h"
+
+namespace dtl::rendezvous {
+
+/// Fresh randomness for each connection, so a recorded proof is worthless later.
+Nonce random_nonce();
+
+/// HMAC-SHA256 (32 bytes); exposed so tests can check it against RFC 4231.
+Bytes hmac_sha256(const std::string& key, const uint8_t* data, size_t size);
+
+/// HMAC-SHA256(token, label || run_id || first || second); label is "server" or "client" so a proof
+/// can't be replayed the other way. Empty when the token is empty (no token: nothing to prove).
+Bytes proof(const std::string& token, const char* label, const std::string& run_id, const Nonce& first,
+            const Nonce& second);
+
+/// Constant time (CRYPTO_memcmp). False on size mismatch and when `expected` is empty, so a side
+/// without a token must skip the check rather than call this (fail closed).
+bool proof_matches(const Bytes& expected, const Bytes& got);
+
+/// The token in use and where it came from, for the log line that says so.
+struct Token {
+  std::string value;    ///< empty: no token, the rendezvous is unauthenticated
+  std::string source;   ///< "--rdzv_token", "DTLAUNCH_RDZV_TOKEN", "--rdzv_token_file <path>"; empty if none
+  std::string warning;  ///< one line when the token is exposed (on the command line, a file others read)
+};
+struct TokenError {
+  std::string what;  ///< one line, for the user
+};
+
+/// The token: --rdzv_token value, else DTLAUNCH_RDZV_TOKEN, else the token file's contents (trailing
+/// newlines stripped). A source that is given but empty is an error, not a silent "no token".
+std::variant<Token, TokenError> read_token(const std::optional<std::string>& flag,
+                                           const std::optional<std::string>& env,
+                                           const std::optional<std::string>& file);
+
+}  // namespace dtl::rendezvous

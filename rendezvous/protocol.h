@@ -1,0 +1,124 @@
+// The rendezvous wire protocol, separate from sockets: length-prefixed, versioned frames whose
+// decoder trusts nothing the peer sends, so the server and client are tested without TCP.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace dtl::rendezvous {
+
+inline constexpr uint8_t kProtocolVersion = 1;
+inline constexpr uint32_t kMaxFrameBody = 64 * 1024;  ///< bytes after the 4-byte big-endian length
+inline constexpr size_t kMaxProof = 64;               ///< an HMAC-SHA256 is 32; room for a larger MAC
+inline constexpr size_t kMaxName = 4096;              ///< run_id, host, addr, master_addr, error_file
+inline constexpr int32_t kMaxNproc = 65536;
+using Nonce = std::array<uint8_t, 32>;
+using Bytes = std::vector<uint8_t>;
+
+struct Hello {  ///< client -> server, first
+  std::string run_id;
+  Nonce nonce{};
+  bool operator==(const Hello&) const = default;
+};
+struct Challenge {  ///< server -> client; proof empty when the server has no token
+  Nonce nonce{};
+  Bytes proof;
+  bool operator==(const Challenge&) const = default;
+};
+struct Join {  ///< client -> server, once authenticated
+  Bytes proof;              ///< empty when the client has no token
+  std::string host;         ///< hostname, for summaries
+  std::string addr;         ///< where this node's workers are reached; empty: the peer address
+  int32_t nproc = 1;
+  int32_t node_rank = -1;   ///< static backend: the node's rank; -1 for dynamic
+  int32_t worker_port = 0;  ///< free on this node, for MASTER_PORT if it becomes group rank 0
+  int32_t max_restarts = 0;
+  int32_t min_nodes = 1, max_nodes = 1;
+  uint64_t agent_id = 0;    ///< random per agent process, for deterministic ordering and logs
+  bool operator==(const Join&) const = default;
+};
+struct Refused {  ///< server -> client, then close
+  std::string reason;
+  bool operator==(const Refused&) const = default;
+};
+struct Round {  ///< server -> client: a round completed
+  uint32_t round = 0;
+  int32_t group_rank = 0, group_world_size = 1, base_rank = 0, world_size = 1;
+  std::string master_addr;
+  int32_t master_port = 0;
+  int32_t restart_count = 0;
+  bool operator==(const Round&) const = default;
+};
+struct Heartbeat {
+  bool operator==(const Heartbeat&) const = default;
+};
+struct FailureReport {
+  int32_t rank = 0, local_rank = 0, pid = 0, exitcode = 1;
+  int64_t observed_ns = 0;  ///< orders root causes across nodes
+  int64_t timestamp_s = 0;
+  std::string host, error_file, message;
+  bool operator==(const FailureReport&) const = default;
+};
+struct Failed {  ///< client -> server: local workers failed
+  std::vector<FailureReport> failures;
+  bool operator==(const Failed&) const = default;
+};
+struct Stop {  ///< server -> clients: stop your workers
+  std::string reason;
+  bool operator==(const Stop&) const = default;
+};
+struct Stopped {  ///< client -> server: my workers are stopped
+  bool operator==(const Stopped&) const = default;
+};
+struct Done {  ///< client -> server: my workers all succeeded
+  bool operator==(const Done&) const = default;
+};
+struct Exit {  ///< server -> clients: leave
+  int32_t code = 0;
+  std::string reason;
+  std::vector<FailureReport> failures;
+  bool operator==(const Exit&) const = default;
+};
+using Message = std::variant<Hello, Challenge, Join, Refused, Round, Heartbeat, Failed, Stop, Stopped, Done, Exit>;
+
+/// The whole frame: 4-byte big-endian body length, then version, type, payload. Never over
+/// kMaxFrameBody: names are cut at kMaxName, proofs at kMaxProof; reasons and failure messages share
+/// what is left (head and tail kept, the middle marked as cut); failures that cannot fit at all are
+/// dropped latest-observed first, so the root cause always travels.
+Bytes encode(const Message& m);
+
+/// Why a peer's bytes were rejected (one line, for the log). The connection is dropped after one.
+struct DecodeError {
+  std::string what;
+  bool operator==(const DecodeError&) const = default;
+};
+
+/// Incremental: feed whatever the socket gave; complete messages come out in order. After an error
+/// it stays failed. Never holds more than the declared (bounded) body size, growing as bytes arrive.
+class FrameDecoder {
+ public:
+  /// Appends decoded messages to `out`; returns an error on the first malformed frame.
+  std::optional<DecodeError> feed(const uint8_t* data, size_t size, std::vector<Message>& out);
+  /// Bytes of an incomplete frame held now (for memory accounting).
+  size_t buffered() const { return header_size_ + body_.size(); }
+
+ private:
+  std::array<uint8_t, 4> header_{};
+  size_t header_size_ = 0;
+  uint32_t body_size_ = 0;
+  Bytes body_;
+  std::optional<DecodeError> error_;
+};
+
+/// One frame body (version, type, payload), for tests and the fuzzer.
+std::variant<Message, DecodeError> decode_body(const uint8_t* data, size_t size);
+
+/// Name of the message type, for logs ("hello", "join", ...).
+const char* message_name(const Message& m);
+
+}  // namespace dtl::rendezvous
