@@ -81,8 +81,8 @@ std::string check_options(const TrainOptions& o) {
   else if (!(o.timeout_s > 0)) e << "--timeout must be > 0 seconds (got " << o.timeout_s << ")";
   else if (o.checkpoint_every < 1) e << "--checkpoint_every must be >= 1 (got " << o.checkpoint_every << ")";
   else if (o.log_every < 1) e << "--log_every must be >= 1 (got " << o.log_every << ")";
-  else if (o.fail_how != "raise" && o.fail_how != "kill")
-    e << "--fail_how must be raise or kill (got '" << o.fail_how << "')";
+  else if (o.fail_how != "raise" && o.fail_how != "kill" && o.fail_how != "hang")
+    e << "--fail_how must be raise, kill or hang (got '" << o.fail_how << "')";
   return e.str();
 }
 
@@ -128,8 +128,9 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
   app.add_option("--dump_params", v.dump_params, "directory where each rank writes its final parameters (rank<R>.bin)");
   app.add_option("--fail_at_step", v.fail_at_step, "testing: fail at the start of this step on the first attempt");
   app.add_option("--fail_rank", v.fail_rank, "testing: the rank that fails (default 0)");
-  app.add_option("--fail_how", v.fail_how, "testing: raise (exception, error file) or kill (SIGKILL)");
+  app.add_option("--fail_how", v.fail_how, "testing: raise (exception, error file), kill (SIGKILL) or hang (stop responding)");
 
+  app.allow_extras();  // unknown options are reported below, one line naming the first
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
@@ -137,6 +138,12 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
     return {std::nullopt, 0, app.help()};
   } catch (const CLI::ParseError& e) {
     return {std::nullopt, 2, std::string("dtl-train: error: ") + e.what() + " (see dtl-train --help)"};
+  }
+  if (auto extra = app.remaining(); !extra.empty()) {
+    const std::string& first = extra.front();
+    return {std::nullopt, 2,
+            "dtl-train: error: " + (first.rfind("-", 0) == 0 ? "unknown option " + first : "unexpected argument '" + first + "'") +
+                " (see dtl-train --help)"};
   }
   if (!mp->count()) {
     if (auto acc = env("ACCELERATE_MIXED_PRECISION"); acc && !acc->empty()) {

@@ -48,7 +48,7 @@ struct TrainOptions {
   std::string dump_params;  ///< directory: each rank writes its final parameters there
   long long fail_at_step = -1;  ///< fault injection for tests, only on the first attempt
   int fail_rank = 0;
-  std::string fail_how = "raise";  ///< raise (error file, exit 1) or kill (SIGKILL, no error file)
+  std::string fail_how = "raise";  ///< raise (error file, exit 1), kill (SIGKILL) or hang (peers must time out)
 
   double effective_min_lr() const { return min_lr < 0 ? lr / 10 : min_lr; }
   long long effective_warmup() const { return warmup < 0 ? std::min<long long>(100, steps / 10) : warmup; }

@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -43,6 +44,16 @@ void write_error_file(const std::string& path, const ErrorReport& r, long long t
   if (path.empty()) return;
   std::ofstream out(path, std::ios::trunc);
   out << error_file_json(r, timestamp);
+}
+
+void exit_with_report(const std::string& error_file, const ErrorReport& r, const std::string& line, int code) {
+  const long long now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  write_error_file(error_file, r, now);
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+  std::_Exit(code);
 }
 
 std::string type_name(const std::exception& e) {

@@ -20,17 +20,17 @@ struct ErrorReport {
   std::string callstack;
 };
 
-/// Carries an ErrorReport out of the libtorch code (whose c10::Error is not visible in main).
-struct ReportedError : std::runtime_error {
-  explicit ReportedError(ErrorReport r) : std::runtime_error(r.message), report(std::move(r)) {}
-  ErrorReport report;
-};
-
 /// `{"message": {"message": "<type>: <msg>", "extraInfo": {"py_callstack": ..., "timestamp": "<s>"}}}`
 std::string error_file_json(const ErrorReport& r, long long timestamp);
 
 /// Writes the error file (best effort: a failure to report must not hide the failure). No-op for "".
 void write_error_file(const std::string& path, const ErrorReport& r, long long timestamp);
+
+/// Writes the error file, prints `line` to stderr and exits with `code` at once (std::_Exit): no
+/// destructor runs, so the process group stays open until the process is gone. Peers then see this
+/// rank die only after its report exists, and no teardown can hang on a dead peer.
+[[noreturn]] void exit_with_report(const std::string& error_file, const ErrorReport& r, const std::string& line,
+                                   int code);
 
 /// The readable name of an exception's dynamic type ("std::runtime_error").
 std::string type_name(const std::exception& e);

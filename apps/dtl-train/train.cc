@@ -1,5 +1,7 @@
 #include "train.h"
 
+#include <unistd.h>
+
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -154,6 +156,9 @@ void dump_parameters(const std::string& dir, int rank, Gpt& model) {
 void maybe_fail(const TrainOptions& o, const LaunchEnv& env, long long step) {
   if (step != o.fail_at_step || env.rank != o.fail_rank || env.restart_count != 0) return;
   if (o.fail_how == "kill") std::raise(SIGKILL);
+  if (o.fail_how == "hang") {
+    for (;;) pause();
+  }
   throw std::runtime_error("injected failure at step " + std::to_string(step) + " (--fail_at_step)");
 }
 
@@ -172,7 +177,7 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
-int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing) {
+int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::unique_ptr<Comm>& comm) {
   // Everything a user can get wrong is checked before the first collective, on every rank.
   doing = "reading the data";
   const Batching batching{o.batch_size, o.grad_accum, env.world_size};
@@ -215,7 +220,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing) {
   }
 
   doing = "connecting to rank 0's store at " + env.master_addr + ":" + std::to_string(env.master_port);
-  auto comm = connect(env, placement.backend, device,
+  comm = connect(env, placement.backend, device,
                       std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000)));
   doing = "broadcasting the parameters";
   broadcast_from_rank0(*comm, params);
@@ -320,23 +325,28 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing) {
   return 0;
 }
 
+/// The report of a rank that failed: what it was doing, then the exception as torchrun shows it.
+[[noreturn]] void fail(const LaunchEnv& env, const std::string& doing, const std::string& type,
+                       const std::string& message) {
+  const std::string text =
+      "dtl-train rank " + std::to_string(env.rank) + " failed while " + doing + ":\n" + type + ": " + message;
+  exit_with_report(env.error_file, {type, message, text}, text, 1);
+}
+
 }  // namespace
 
 int run_training(const TrainOptions& o, const LaunchEnv& env) {
   std::string doing = "starting";
-  auto where = [&] { return "dtl-train rank " + std::to_string(env.rank) + " failed while " + doing + ":\n"; };
+  std::unique_ptr<Comm> comm;  // outlives the handlers below: a failing rank reports before its sockets close
   try {
-    return train(o, env, doing);
-  } catch (const UsageError&) {
-    throw;
+    return train(o, env, doing, comm);
+  } catch (const UsageError& e) {
+    const std::string line = std::string("dtl-train: error: ") + e.what();
+    exit_with_report(env.error_file, {"UsageError", e.what(), line}, line, 2);
   } catch (const c10::Error& e) {
-    ErrorReport r{type_name(e), e.what_without_backtrace(), ""};
-    r.callstack = where() + r.type + ": " + r.message;
-    throw ReportedError(std::move(r));
+    fail(env, doing, type_name(e), e.what_without_backtrace());
   } catch (const std::exception& e) {
-    ErrorReport r{type_name(e), e.what(), ""};
-    r.callstack = where() + r.type + ": " + r.message;
-    throw ReportedError(std::move(r));
+    fail(env, doing, type_name(e), e.what());
   }
 }
 

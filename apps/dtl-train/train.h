@@ -6,9 +6,9 @@
 
 namespace dtl::train {
 
-/// Trains until `o.steps`, resuming from the checkpoint when there is one. Returns the exit code.
-/// Throws UsageError for bad input found on the way (exit 2) and ReportedError for everything else,
-/// described for torchrun's error file with what the rank was doing.
+/// Trains until `o.steps`, resuming from the checkpoint when there is one, and returns 0. A failure
+/// does not return: bad input found on the way exits 2 with one line, anything else exits 1 with
+/// torchrun's error file saying what the rank was doing (see exit_with_report).
 int run_training(const TrainOptions& o, const LaunchEnv& env);
 
 }  // namespace dtl::train

@@ -1,0 +1,103 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "apps/dtl-train/options.h"
+
+using namespace dtl::train;
+
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+}
+
+ParseResult parse(std::vector<std::string> args, std::map<std::string, std::string> vars = {}) {
+  return parse_train_args(args, env_of(std::move(vars)));
+}
+
+}  // namespace
+
+TEST_CASE("dtl-train: flags given on the command line override the preset, wherever the preset appears") {
+  auto r = parse({"--width", "48", "--preset", "tiny", "--heads=2"});
+  REQUIRE(r.options);
+  CHECK(r.options->model.layers == 2);
+  CHECK(r.options->model.width == 48);
+  CHECK(r.options->model.heads == 2);
+  CHECK(r.options->model.context == 32);
+}
+
+TEST_CASE("dtl-train: the default preset has about ten million parameters and gpt2-small GPT-2's count") {
+  auto d = parse({});
+  REQUIRE(d.options);
+  CHECK(parameter_count(d.options->model) == 10'795'008);
+  auto g = parse({"--preset", "gpt2-small"});
+  REQUIRE(g.options);
+  // GPT-2 small has 124,439,808 parameters with its 50257-token vocabulary; 50304 adds 47 rows.
+  CHECK(parameter_count(g.options->model) == 124'439'808 + 47 * 768);
+  CHECK(flops_per_token(g.options->model) > 6.0 * 124e6);
+}
+
+TEST_CASE("dtl-train: impossible shapes and values are one line each") {
+  CHECK(parse({"--width", "64", "--heads", "5"}).output == "dtl-train: error: --heads 5 does not divide --width 64");
+  CHECK(parse({"--grad_accum", "0"}).output == "dtl-train: error: --grad_accum must be >= 1 (got 0)");
+  CHECK(parse({"--data", "x.txt", "--vocab", "100"}).output ==
+        "dtl-train: error: --data is read as bytes and needs --vocab >= 256 (got 100)");
+  CHECK(parse({"--mixed_precision", "fp16"}).output ==
+        "dtl-train: error: --mixed_precision must be no or bf16 (got 'fp16')");
+  CHECK(parse({"--fail_how", "explode"}).exit_code == 2);
+  auto unknown = parse({"--lr", "1e-3", "--lrr", "2"});
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.output == "dtl-train: error: unknown option --lrr (see dtl-train --help)");
+  CHECK(parse({"--steps", "3", "data.txt"}).output == "dtl-train: error: unexpected argument 'data.txt' (see dtl-train --help)");
+}
+
+TEST_CASE("dtl-train: ACCELERATE_MIXED_PRECISION is used unless the flag is given") {
+  CHECK(parse({}, {{"ACCELERATE_MIXED_PRECISION", "bf16"}}).options->mixed_precision == "bf16");
+  CHECK(parse({"--mixed_precision", "no"}, {{"ACCELERATE_MIXED_PRECISION", "bf16"}}).options->mixed_precision == "no");
+  auto fp16 = parse({}, {{"ACCELERATE_MIXED_PRECISION", "fp16"}});
+  CHECK(fp16.exit_code == 2);
+  CHECK(fp16.output == "dtl-train: error: ACCELERATE_MIXED_PRECISION=fp16 is not supported (use no or bf16)");
+}
+
+TEST_CASE("dtl-train: --help prints the flags and exits 0") {
+  auto r = parse({"--help"});
+  CHECK_FALSE(r.options);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("--grad_accum") != std::string::npos);
+}
+
+TEST_CASE("dtl-train: the launcher's variables are read, and a single process needs none") {
+  auto alone = read_launch_env(env_of({}));
+  CHECK(alone.rank == 0);
+  CHECK(alone.world_size == 1);
+  CHECK(alone.master_port == 0);
+  auto e = read_launch_env(env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.2"},
+                                   {"MASTER_PORT", "29501"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                   {"TORCHELASTIC_ERROR_FILE", "/tmp/e.json"}, {"GLOO_SOCKET_IFNAME", "eth0,eth1"}}));
+  CHECK(e.rank == 3);
+  CHECK(e.local_rank == 1);
+  CHECK(e.master_addr == "10.0.0.2");
+  CHECK(e.master_port == 29501);
+  CHECK(e.restart_count == 2);
+  CHECK(e.error_file == "/tmp/e.json");
+  CHECK(e.gloo_ifnames == std::vector<std::string>{"eth0", "eth1"});
+}
+
+TEST_CASE("dtl-train: bad launcher variables name the variable and the value") {
+  CHECK_THROWS_WITH(read_launch_env(env_of({{"RANK", "x"}})), "RANK: expected an integer >= 0 (got 'x')");
+  CHECK_THROWS_WITH(read_launch_env(env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}})),
+                    "RANK=2 is not below WORLD_SIZE=2");
+  CHECK_THROWS_WITH(read_launch_env(env_of({{"WORLD_SIZE", "2"}})),
+                    "WORLD_SIZE=2 but MASTER_PORT is not set (start dtl-train with dtlaunch or torchrun)");
+}
+
+TEST_CASE("dtl-train: a rank drives its own GPU, or the only one the launcher left it") {
+  CHECK(cuda_index_for(3, 8) == 3);
+  CHECK(cuda_index_for(3, 1) == 0);
+  CHECK(cuda_index_for(0, 1) == 0);
+  CHECK(cuda_index_for(3, 2) == -1);
+}
