@@ -292,6 +292,7 @@ RoundState::Actions RoundState::on_shutdown(const std::string& reason) {
 
 void RoundState::finish(int32_t code, const std::string& reason, Actions& a) {
   phase_ = Phase::finished;
+  exit_code_ = code;
   a.finished = true;
   a.log.push_back("job over (exit code " + std::to_string(code) + "): " + reason);
   for (const auto& [id, m] : members_) a.send.emplace_back(id, Exit{code, reason, failures_});

@@ -71,6 +71,8 @@ class RoundState {
   int restart_count() const { return restart_count_; }
   uint32_t round() const { return round_; }
   size_t members() const { return members_.size(); }
+  /// The code every node was told to exit with (once finished).
+  int32_t exit_code() const { return exit_code_; }
 
  private:
   void maybe_complete(Clock::time_point now, Actions& a);
@@ -91,6 +93,7 @@ class RoundState {
   std::vector<FailureReport> failures_;
   bool membership_changed_ = false;   ///< the stop is for a node joining or leaving: no restart spent
   int restart_count_ = 0;
+  int32_t exit_code_ = 0;
   uint32_t round_ = 0;
   Clock::time_point gathering_since_;
   std::optional<Clock::time_point> last_call_;

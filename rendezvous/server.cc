@@ -50,6 +50,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   bool finished = false;
   bool stopped = false;
   std::function<void()> on_empty;
+  std::function<void()> on_finished;
 
   void bind() {
     boost::system::error_code ec;
@@ -241,7 +242,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       it->second->state = Conn::State::closing;
       if (!it->second->writing) close(it->second);
     }
-    if (a.finished) finished = true;
+    if (a.finished) {
+      finished = true;
+      if (on_finished) std::exchange(on_finished, nullptr)();
+    }
     if (a.wake_at) {
       round_timer.expires_at(*a.wake_at);
       round_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
@@ -287,7 +291,12 @@ Server::~Server() { impl_->shutdown(); }
 int Server::port() const { return impl_->acceptor.local_endpoint().port(); }
 size_t Server::connections() const { return impl_->conns.size(); }
 bool Server::finished() const { return impl_->finished; }
+int Server::exit_code() const { return impl_->round.exit_code(); }
 void Server::end_job(const std::string& reason) { impl_->apply(impl_->round.on_shutdown(reason)); }
+void Server::when_finished(std::function<void()> done) {
+  if (impl_->finished) return done();
+  impl_->on_finished = std::move(done);
+}
 void Server::when_empty(std::function<void()> done) {
   if (impl_->conns.empty()) return done();
   impl_->on_empty = std::move(done);

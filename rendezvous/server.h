@@ -39,11 +39,14 @@ class Server {
   ~Server();
   int port() const;
   size_t connections() const;
-  /// The job is over (Exit went out).
+  /// The job is over (Exit went out), and the code the nodes were told to exit with.
   bool finished() const;
+  int exit_code() const;
   /// Calls `done` once no connection is left (at once if none is): the hosting agent waits for this
   /// before leaving, so every node gets its Exit.
   void when_empty(std::function<void()> done);
+  /// Calls `done` once the job is over (at once if it is).
+  void when_finished(std::function<void()> done);
   /// Ends the job (Exit with code 1 and `reason` to every node) unless it is already over.
   void end_job(const std::string& reason);
 

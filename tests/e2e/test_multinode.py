@@ -29,9 +29,9 @@ class MultiNode(LaunchTest):
         return self.start(f"--nnodes={nnodes}", f"--node_rank={node_rank}", f"--nproc_per_node={nproc}",
                           "--master_addr=127.0.0.1", f"--master_port={self.port}", *args)
 
-    def elastic(self, nnodes, *args, nproc=1):
+    def elastic(self, nnodes, *args, nproc=1, env=None):
         return self.start(f"--nnodes={nnodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{self.port}",
-                          "--rdzv_id=job42", f"--nproc_per_node={nproc}", *args)
+                          "--rdzv_id=job42", f"--nproc_per_node={nproc}", *args, env=env)
 
     def test_three_static_nodes_with_1_2_3_workers_make_ranks_0_to_5(self):
         nodes = [self.static(r, 3, *self.worker("touch", self.tmp), nproc=r + 1) for r in range(3)]
@@ -109,8 +109,9 @@ class MultiNode(LaunchTest):
 
     def test_another_run_id_is_refused(self):
         host = self.elastic("2", "--rdzv_conf=join_timeout=3", *self.worker("pause"))
+        host.wait_for("hosting the rendezvous", stream="err")  # else the intruder could host its own
         r = self.launch("--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{self.port}",
-                        "--rdzv_id=other", *self.worker("pause"))
+                        "--rdzv_id=other", "--rdzv_conf=join_timeout=3", *self.worker("pause"))
         self.assertExitCode(r, 2)
         self.assertIn("dtlaunch: error: rendezvous: run id 'other' does not match the job's 'job42'", r.stderr)
         self.assertExitCode(host.finish(), 1)
@@ -170,6 +171,21 @@ class MultiNode(LaunchTest):
         for n in (first, second):
             n.proc.send_signal(signal.SIGTERM)
             n.finish()
+
+    def test_a_standalone_rdzv_server_serves_agents_that_do_not_host(self):
+        server = self.start("rdzv-server", "--host=127.0.0.1", f"--port={self.port}", "--nnodes=2", "--rdzv_id=job42",
+                            env=self.env(DTLAUNCH_RDZV_TOKEN="t0k"))
+        server.wait_for("listening on 127.0.0.1", stream="err")
+        env = self.env(DTLAUNCH_RDZV_TOKEN="t0k")
+        nodes = [self.elastic("2", "--rdzv_conf=is_host=0", *self.worker("touch", self.tmp), env=env) for _ in range(2)]
+        for n in nodes:
+            r = n.finish()
+            self.assertExitCode(r, 0)
+            self.assertNotIn("hosting", r.stderr)
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["0", "1"])
+        s = server.finish()
+        self.assertExitCode(s, 0)
+        self.assertIn("rendezvous: job over (exit code 0): every node finished", s.stderr)
 
     @unittest.skipUnless(have_torch(), "Debian's python3-torch is not installed")
     def test_a_pytorch_gloo_allreduce_spans_both_agents(self):
