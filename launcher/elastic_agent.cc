@@ -205,6 +205,7 @@ struct ElasticAgent::Impl {
   }
 
   void on_round(const rdzv::Round& r) {
+    barrier_timer.cancel();  // a node that finished runs again when another node's failure restarts the group
     round = r;
     settled = false;
     stop_asked = false;
