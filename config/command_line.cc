@@ -326,9 +326,6 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
     };
     o.nproc_per_node = parse_nproc(value("nproc_per_node"));
     std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(value("nnodes"));
-    if (o.max_nodes != 1 && !print_config) {
-      throw std::invalid_argument("multi-node launch is not implemented yet; only 1 node is supported");
-    }
     o.node_rank = static_cast<int>(parse_int(value("node_rank"), 0, o.max_nodes - 1,
                                              ("a node rank in 0.." + std::to_string(o.max_nodes - 1)).c_str()));
     o.standalone = parse_bool(value("standalone"));
@@ -458,6 +455,7 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
     }
     ParseResult shown{std::nullopt, 0, format_settings(header, settings, env_settings)};
     if (file) shown.warnings = file->warnings;
+    shown.shown = o;
     return shown;
   }
 

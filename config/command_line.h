@@ -27,6 +27,7 @@ struct ParseResult {
   int exit_code = 0;                     ///< otherwise: exit with this code ...
   std::string output;                    ///< ... after printing this (help, version or one error line)
   std::vector<std::string> warnings;     ///< one line each, for stderr, without "warning: "
+  std::optional<LaunchOptions> shown;    ///< with --print_config: the settings printed
 };
 
 /// Parses the arguments after argv[0], with the config file in effect (--config_file,

@@ -62,6 +62,43 @@ std::optional<std::vector<Gpu>> query_nvidia_smi() {
 
 }  // namespace
 
+std::optional<GpuDetails> query_gpu_details() {
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return std::nullopt;
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  using InitFn = int (*)();
+  using CountFn = int (*)(unsigned*);
+  using HandleFn = int (*)(unsigned, void**);
+  using MemoryFn = int (*)(void*, Memory*);
+  using DriverFn = int (*)(char*, unsigned);
+  auto init = reinterpret_cast<InitFn>(dlsym(lib, "nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<InitFn>(dlsym(lib, "nvmlShutdown"));
+  auto count_fn = reinterpret_cast<CountFn>(dlsym(lib, "nvmlDeviceGetCount_v2"));
+  auto handle_fn = reinterpret_cast<HandleFn>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+  auto memory_fn = reinterpret_cast<MemoryFn>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+  auto driver_fn = reinterpret_cast<DriverFn>(dlsym(lib, "nvmlSystemGetDriverVersion"));
+  std::optional<GpuDetails> result;
+  if (init && shutdown && count_fn && handle_fn && memory_fn && driver_fn && init() == 0) {
+    result.emplace();
+    char driver[96] = {0};
+    if (driver_fn(driver, sizeof driver) == 0) result->driver_version = driver;
+    unsigned count = 0;
+    if (count_fn(&count) == 0) {
+      for (unsigned i = 0; i < count; ++i) {
+        void* dev = nullptr;
+        Memory m{0, 0, 0};
+        if (handle_fn(i, &dev) != 0 || memory_fn(dev, &m) != 0) m.total = 0;
+        result->memory_bytes.push_back(m.total);
+      }
+    }
+    shutdown();
+  }
+  dlclose(lib);
+  return result;
+}
+
 std::vector<Gpu> parse_nvidia_smi_list(const std::string& text) {
   static const std::regex line(R"(^GPU (\d+): (.*?) \(UUID: ([^)]+)\)\s*$)");
   std::vector<Gpu> gpus;

@@ -20,6 +20,13 @@ struct GpuInventory {
   std::string source;  ///< "nvml", "nvidia-smi", "fake" or "none"
 };
 
+/// What `dtlaunch env` adds to the inventory: from NVML only (absent without a driver).
+struct GpuDetails {
+  std::string driver_version;
+  std::vector<unsigned long long> memory_bytes;  ///< total per GPU, by NVML index
+};
+std::optional<GpuDetails> query_gpu_details();
+
 /// Asks the machine; `fake` (from --fake_gpus) short-cuts the question.
 GpuInventory discover_gpus(std::optional<int> fake);
 

@@ -12,6 +12,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "commands/commands.h"
 #include "config/command_line.h"
 #include "launcher/gpus.h"
 #include "launcher/log_layout.h"
@@ -41,6 +42,7 @@ void setup_logging() {
 int main(int argc, char** argv) {
   using namespace dtl;
   auto env = config::process_env();
+  if (auto code = commands::run_subcommand(std::vector<std::string>(argv + 1, argv + argc), env)) return *code;
   auto parsed = config::parse_command_line(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!parsed.options) {
     for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";

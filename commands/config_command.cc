@@ -1,0 +1,240 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "commands/commands.h"
+#include "commands/terminal.h"
+#include "config/config_file.h"
+#include "config/wizard.h"
+#include "launcher/gpus.h"
+
+namespace dtl::commands {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: dtlaunch config [--config_file FILE] [--force]            ask, then write FILE\n"
+    "       dtlaunch config default [--config_file FILE] [--force]    write FILE for this machine, no questions\n"
+    "       dtlaunch config show [--config_file FILE]                 print the file in effect\n"
+    "       dtlaunch config validate FILE                             check a file (dtlaunch's or accelerate's)\n"
+    "\n"
+    "FILE: $DTLAUNCH_CONFIG_FILE, else $XDG_CONFIG_HOME/dtlaunch/default_config.yaml, else\n"
+    "~/.config/dtlaunch/default_config.yaml. --fake_gpus N (or DTLAUNCH_FAKE_GPUS) pretends to have N GPUs.\n";
+
+struct ConfigArgs {
+  std::string action = "wizard";
+  std::optional<std::string> file;
+  bool force = false;
+  std::optional<std::string> fake_gpus;
+};
+
+/// A one-line usage error, or the arguments.
+std::variant<ConfigArgs, std::string> parse_args(const std::vector<std::string>& args) {
+  ConfigArgs out;
+  bool positional_seen = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    // "--name VALUE" or "--name=VALUE", with `_` or `-`: "" when taken, else why not ("no": another option).
+    auto value_of = [&](const std::string& underscored, const std::string& dashed,
+                        std::optional<std::string>& into) -> std::string {
+      for (const std::string& name : {underscored, dashed}) {
+        if (a == name) {
+          if (i + 1 >= args.size()) return a + " needs a value";
+          into = args[++i];
+          return "";
+        }
+        if (a.size() > name.size() && a.compare(0, name.size(), name) == 0 && a[name.size()] == '=') {
+          into = a.substr(name.size() + 1);
+          return "";
+        }
+      }
+      return "no";
+    };
+    std::string why = value_of("--config_file", "--config-file", out.file);
+    if (why.empty()) continue;
+    if (why != "no") return why;
+    why = value_of("--fake_gpus", "--fake-gpus", out.fake_gpus);
+    if (why.empty()) continue;
+    if (why != "no") return why;
+    if (a == "--force") {
+      out.force = true;
+    } else if (a == "-h" || a == "--help") {
+      out.action = "help";
+      return out;
+    } else if (a.size() > 1 && a[0] == '-') {
+      return "unknown option " + a + " (see dtlaunch config --help)";
+    } else if (!positional_seen && (a == "default" || a == "show" || a == "validate")) {
+      out.action = a;
+      positional_seen = true;
+    } else if (out.action == "validate" && !out.file) {
+      out.file = a;
+    } else {
+      return "unexpected argument '" + a + "' (see dtlaunch config --help)";
+    }
+  }
+  return out;
+}
+
+int fail(const std::string& message, int code = 2) {
+  std::cerr << "dtlaunch: error: " << message << "\n";
+  return code;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string hostname() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof name - 1) != 0) return "";
+  return name;
+}
+
+/// --fake_gpus, else DTLAUNCH_FAKE_GPUS, else PET_FAKE_GPUS: the same as a launch.
+std::variant<config::MachineFacts, std::string> machine_facts(const ConfigArgs& a, const config::EnvLookup& env) {
+  std::optional<std::string> fake = a.fake_gpus;
+  std::string from = "--fake_gpus";
+  for (const char* name : {"PET_FAKE_GPUS", "DTLAUNCH_FAKE_GPUS"}) {
+    if (!fake && env(name)) {
+      fake = env(name);
+      from = name;
+    }
+  }
+  std::optional<int> count;
+  if (fake && !fake->empty()) {
+    char* end = nullptr;
+    long n = std::strtol(fake->c_str(), &end, 10);
+    if (*end != '\0' || n < 0 || n > 1024) return from + ": expected a GPU count in 0..1024 (got '" + *fake + "')";
+    count = static_cast<int>(n);
+  }
+  auto inventory = launcher::discover_gpus(count);
+  return config::MachineFacts{static_cast<int>(inventory.gpus.size()), inventory.source, hostname()};
+}
+
+/// The file that is written: --config_file, else $DTLAUNCH_CONFIG_FILE, else the default path.
+std::string target_path(const ConfigArgs& a, const config::EnvLookup& env) {
+  if (a.file && !a.file->empty()) return *a.file;
+  if (auto v = env("DTLAUNCH_CONFIG_FILE"); v && !v->empty()) return *v;
+  return config::default_config_path(env);
+}
+
+/// The written text parses back to the answered settings; anything else is dtlaunch's bug.
+std::string check_loads_back(const std::string& path, const std::string& text) {
+  auto r = config::parse_command_line({"--config_file", path, "--print_config"},
+                                      [](const std::string&) { return std::optional<std::string>(); },
+                                      [&](const std::string&) { return config::FileRead{config::FileRead::Status::ok, text}; });
+  return r.exit_code == 0 ? "" : r.output;
+}
+
+int write_config(const std::string& path, const std::string& text, std::ostream& out) {
+  if (auto why = check_loads_back(path, text); !why.empty()) return fail("config: the file would not load back: " + why, 1);
+  if (auto why = config::write_file_atomically(path, text); !why.empty()) {
+    return fail("config: cannot write " + path + ": " + why, 1);
+  }
+  out << "\nWrote " << path << ":\n\n" << text << "\n`dtlaunch --print_config` shows the settings in effect.\n";
+  return 0;
+}
+
+int run_wizard_command(const ConfigArgs& a, const config::EnvLookup& env, const std::string& path) {
+  auto facts = machine_facts(a, env);
+  if (auto* why = std::get_if<std::string>(&facts)) return fail(*why);
+  std::optional<config::WizardAnswers> answers;
+  int aborted = 0;
+  {
+    ConsoleTerminal term(STDIN_FILENO, STDOUT_FILENO, env("TERM").value_or(""));
+    term.write("dtlaunch config: the answers go to " + path +
+               ". Enter takes the [default]; Ctrl-C stops without writing anything.\n");
+    if (exists(path) && !a.force) {
+      auto overwrite = config::confirm(term, path + " exists. Overwrite it?", false, aborted);
+      if (overwrite == false) {
+        std::cerr << "dtlaunch: config: " << path << " left as it was; nothing written\n";
+        return 1;
+      }
+    }
+    if (!aborted) {
+      auto result = config::run_wizard(term, std::get<config::MachineFacts>(facts));
+      answers = result.answers;
+      aborted = result.exit_code;
+    }
+  }  // the terminal is restored here, before anything else is printed
+  if (!answers) {
+    if (aborted == 130) {
+      std::cerr << "dtlaunch: config: interrupted; nothing written\n";
+      return 130;
+    }
+    return fail("config: the input ended before every question was answered; nothing written", 1);
+  }
+  return write_config(path, config::render_config(*answers, "dtlaunch config"), std::cout);
+}
+
+int run_default(const ConfigArgs& a, const config::EnvLookup& env, const std::string& path) {
+  if (exists(path) && !a.force) return fail("config default: " + path + " already exists (--force overwrites it)");
+  auto facts = machine_facts(a, env);
+  if (auto* why = std::get_if<std::string>(&facts)) return fail(*why);
+  auto answers = config::default_answers(std::get<config::MachineFacts>(facts));
+  return write_config(path, config::render_config(answers, "dtlaunch config default"), std::cout);
+}
+
+int run_show(const ConfigArgs& a, const config::EnvLookup& env) {
+  auto where = config::locate_config(a.file, env);
+  if (!where) {
+    std::cerr << "dtlaunch: config show: no config file (" << (a.file ? "--config_file" : "DTLAUNCH_CONFIG_FILE")
+              << " is empty)\n";
+    return 1;
+  }
+  auto read = config::disk_files()(where->path);
+  if (read.status == config::FileRead::Status::missing) {
+    std::cerr << "dtlaunch: config show: no config file: " << where->path
+              << " does not exist (dtlaunch config writes one)\n";
+    return 1;
+  }
+  if (read.status != config::FileRead::Status::ok) {
+    return fail("config show: cannot read '" + where->path + "': " + read.text, 1);
+  }
+  std::cout << "# " << where->path << "\n" << read.text << (read.text.ends_with('\n') || read.text.empty() ? "" : "\n");
+  return 0;
+}
+
+int run_validate(const ConfigArgs& a) {
+  if (!a.file || a.file->empty()) return fail("config validate: which file? (usage: dtlaunch config validate FILE)");
+  // The file alone: no flags and no variables take part.
+  auto r = config::parse_command_line({"--config_file", *a.file, "--print_config"},
+                                      [](const std::string&) { return std::optional<std::string>(); });
+  for (const auto& w : r.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
+  if (r.exit_code != 0) {
+    std::cerr << r.output << "\n";
+    return r.exit_code;
+  }
+  std::cout << "# " << *a.file << " is valid; alone (no flags, no variables), it gives:\n" << r.output;
+  return 0;
+}
+
+}  // namespace
+
+int run_config(const std::vector<std::string>& args, const config::EnvLookup& env) {
+  auto parsed = parse_args(args);
+  if (auto* why = std::get_if<std::string>(&parsed)) return fail("config: " + *why);
+  const auto& a = std::get<ConfigArgs>(parsed);
+  if (a.action == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (a.action == "show") return run_show(a, env);
+  if (a.action == "validate") return run_validate(a);
+  const std::string path = target_path(a, env);
+  if (path.empty()) return fail("config: where should the file go? Set HOME or XDG_CONFIG_HOME, or pass --config_file FILE");
+  if (a.action == "default") return run_default(a, env, path);
+  return run_wizard_command(a, env, path);
+}
+
+std::optional<int> run_subcommand(const std::vector<std::string>& args, const config::EnvLookup& env) {
+  if (args.empty()) return std::nullopt;
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "config") return run_config(rest, env);
+  if (args[0] == "env") return run_env(rest, env);
+  return std::nullopt;
+}
+
+}  // namespace dtl::commands

@@ -1,0 +1,176 @@
+// `dtlaunch env`: what a bug report needs, as a Markdown list to paste: versions, machine, GPUs,
+// NCCL, Python and torch, and the settings in effect with their sources.
+#include <dlfcn.h>
+#include <sched.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "commands/commands.h"
+#include "config/text.h"
+#include "launcher/gpus.h"
+
+namespace dtl::commands {
+namespace {
+
+/// The value of `key` in a "key: value" or KEY=value file such as /proc/meminfo or /etc/os-release.
+std::string field(const std::string& path, const std::string& key, char sep) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto pos = line.find(sep);
+    if (pos == std::string::npos || text::trim(line.substr(0, pos)) != key) continue;
+    std::string v = text::trim(line.substr(pos + 1));
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    return v;
+  }
+  return "";
+}
+
+std::string gib(unsigned long long bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+std::string kib_as_gib(const std::string& meminfo_value) {
+  return meminfo_value.empty() ? "?" : gib(std::stoull(meminfo_value) * 1024);
+}
+
+/// NCCL's own version, from libnccl.so.2 when the loader finds it.
+std::string nccl_version() {
+  void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return "not found (libnccl.so.2)";
+  using VersionFn = int (*)(int*);
+  auto fn = reinterpret_cast<VersionFn>(dlsym(lib, "ncclGetVersion"));
+  int code = 0;
+  std::string out = "libnccl.so.2 without ncclGetVersion";
+  if (fn && fn(&code) == 0) {
+    // 2.9 and later: major*10000 + minor*100 + patch; before: major*1000 + minor*100 + patch.
+    int major = code >= 10000 ? code / 10000 : code / 1000;
+    int minor = code >= 10000 ? (code % 10000) / 100 : (code % 1000) / 100;
+    out = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+  }
+  dlclose(lib);
+  return out;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out(1, '\'');
+  out.append(text::replace_all(s, "'", "'\\''")).push_back('\'');
+  return out;
+}
+
+/// Lines printed by `python -c`, or empty when there is no such interpreter.
+std::vector<std::string> python_facts(const std::string& python) {
+  const char* script =
+      "import platform, sys\n"
+      "print(platform.python_version()); print(sys.executable)\n"
+      "try:\n"
+      "    import torch\n"
+      "    print(torch.__version__); print(torch.version.cuda or 'none'); print(torch.cuda.is_available())\n"
+      "    try:\n"
+      "        print('.'.join(map(str, torch.cuda.nccl.version())))\n"
+      "    except Exception:\n"
+      "        print('none')\n"
+      "except Exception as e:\n"
+      "    print('-'); print(type(e).__name__)\n";
+  std::string cmd = "timeout 60 " + shell_quote(python) + " -c " + shell_quote(script) + " 2>/dev/null";
+  std::vector<std::string> lines;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return lines;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
+  pclose(pipe);
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+int run_env(const std::vector<std::string>& args, const config::EnvLookup& env) {
+  for (const auto& a : args) {
+    if (a == "-h" || a == "--help") {
+      std::cout << "usage: dtlaunch env [dtlaunch flags]\n"
+                   "Prints versions, the machine, its GPUs, NCCL, Python and torch, and the settings in effect\n"
+                   "(with these flags), as Markdown to paste into a bug report.\n";
+      return 0;
+    }
+  }
+  std::vector<std::string> flags = args;
+  flags.push_back("--print_config");
+  auto settings = config::parse_command_line(flags, env);
+
+  std::ostringstream out;
+  out << "Copy-and-paste the text below in your GitHub issue.\n\n";
+  out << "- dtlaunch version: " << DTL_VERSION << "\n";
+  utsname u{};
+  std::string os = field("/etc/os-release", "PRETTY_NAME", '=');
+  if (uname(&u) == 0) {
+    out << "- Platform: " << u.sysname << " " << u.release << " " << u.machine << (os.empty() ? "" : ", " + os) << "\n";
+  }
+  cpu_set_t set;
+  int affinity = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  std::string model = field("/proc/cpuinfo", "model name", ':');
+  out << "- CPU: " << (model.empty() ? "?" : model) << ", " << sysconf(_SC_NPROCESSORS_ONLN) << " online, " << affinity
+      << " in dtlaunch's affinity mask\n";
+  auto meminfo = [](const std::string& key) {
+    std::string v = field("/proc/meminfo", key, ':');  // "131072 kB"
+    return kib_as_gib(v.substr(0, v.find(' ')));
+  };
+  out << "- Memory: " << meminfo("MemTotal") << " total, " << meminfo("MemAvailable") << " available\n";
+
+  std::optional<int> fake;
+  bool cpu_job = false;
+  if (settings.shown) {
+    fake = settings.shown->fake_gpus;
+    cpu_job = settings.shown->use_cpu;
+  }
+  auto inventory = launcher::discover_gpus(fake);
+  auto details = inventory.source == "nvml" ? launcher::query_gpu_details() : std::nullopt;
+  out << "- GPUs (" << inventory.source << "): " << inventory.gpus.size() << (cpu_job ? " (unused: use_cpu is set)" : "")
+      << "\n";
+  for (const auto& g : inventory.gpus) {
+    out << "  - " << g.index << ": " << g.name;
+    if (details && static_cast<size_t>(g.index) < details->memory_bytes.size() && details->memory_bytes[g.index] > 0) {
+      out << ", " << gib(details->memory_bytes[g.index]);
+    }
+    out << ", " << g.uuid << "\n";
+  }
+  if (details && !details->driver_version.empty()) out << "- NVIDIA driver: " << details->driver_version << "\n";
+  out << "- CUDA_VISIBLE_DEVICES: " << env("CUDA_VISIBLE_DEVICES").value_or("<unset>") << "\n";
+  out << "- NCCL: " << nccl_version() << "\n";
+
+  const std::string python = env("PYTHON_EXEC").value_or("python3");
+  auto py = python_facts(python);
+  if (py.size() < 2) {
+    out << "- Python: not found (" << python << ")\n";
+  } else {
+    out << "- Python: " << py[0] << " (" << py[1] << ")\n";
+    if (py.size() >= 6 && py[2] != "-") {
+      out << "- torch: " << py[2] << ", CUDA " << py[3] << ", torch.cuda.is_available(): " << py[4]
+          << ", torch's NCCL: " << py[5] << "\n";
+    } else {
+      out << "- torch: not importable" << (py.size() >= 4 ? " (" + py[3] + ")" : "") << "\n";
+    }
+  }
+
+  if (settings.exit_code != 0) {
+    out << "- Settings: " << settings.output << "\n";
+  } else {
+    out << "- Settings in effect:\n\n```yaml\n" << settings.output << "```\n";
+  }
+  for (const auto& w : settings.warnings) out << "- Warning: " << w << "\n";
+  std::cout << out.str();
+  return 0;
+}
+
+}  // namespace dtl::commands

@@ -1,0 +1,42 @@
+// The real terminal behind the wizard: arrow-key menus in raw mode when stdin and stdout are a
+// terminal that is not dumb, typed numbers or names everywhere else (pipes, TERM=dumb).
+#pragma once
+
+#include <termios.h>
+
+#include <string>
+
+#include "config/wizard.h"
+
+namespace dtl::commands {
+
+class ConsoleTerminal : public config::Terminal {
+ public:
+  /// `term`: $TERM. Raw mode, when used, lasts as long as this object (and is undone on SIGTERM,
+  /// SIGHUP and SIGQUIT too).
+  ConsoleTerminal(int in_fd, int out_fd, const std::string& term);
+  ~ConsoleTerminal() override;
+  ConsoleTerminal(const ConsoleTerminal&) = delete;
+  ConsoleTerminal& operator=(const ConsoleTerminal&) = delete;
+
+  void write(const std::string& text) override;
+  config::Reply ask(const std::string& prompt) override;
+  config::Reply choose(const std::string& question, const std::vector<config::Choice>& options, int initial) override;
+
+ private:
+  enum class Key { text, enter, up, down, backspace, erase_line, interrupt, eof, other };
+  Key read_key(std::string& text);
+  config::Reply read_line_raw(const std::string& prompt);
+  config::Reply read_line_cooked();
+  void draw_menu(const std::vector<config::Choice>& options, int selected, const std::string& typed, bool redraw);
+
+  int in_ = 0;
+  int out_ = 1;
+  bool raw_ = false;     ///< stdin is a terminal in raw mode: dtlaunch edits the line itself
+  bool arrows_ = false;  ///< menus move with the arrow keys
+  termios saved_{};
+  std::string pending_;  ///< bytes read from a pipe past the current line
+  bool input_closed_ = false;
+};
+
+}  // namespace dtl::commands

@@ -1,0 +1,157 @@
+"""Config files through the real binary: which file is read, accelerate's files on fake GPUs, the one
+precedence rule (flag > variable > file > default), --print_config, and bad files (exit 2, nothing run)."""
+import os
+import re
+import subprocess
+
+from common import DTLAUNCH, LaunchTest, main
+
+
+def parse_env(stdout):
+    """{local_rank: {KEY: VALUE}} from the `env` worker's prefixed lines."""
+    ranks = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^\[\w+?(\d+)\]:(\w+)=(.*)$", line)
+        if m:
+            ranks.setdefault(int(m.group(1)), {})[m.group(2)] = m.group(3)
+    return ranks
+
+
+# Prints what accelerate's scripts read, one line per worker.
+SHOW_ACCELERATE = ["--no_python", "/bin/sh", "-c",
+                   'echo "mp=${ACCELERATE_MIXED_PRECISION-unset} cpu=${ACCELERATE_USE_CPU-unset} '
+                   'debug=${ACCELERATE_DEBUG_MODE-unset} nccl=${NCCL_DEBUG-unset} cvd=${CUDA_VISIBLE_DEVICES-unset}"']
+
+
+class ConfigFiles(LaunchTest):
+    def setUp(self):
+        super().setUp()
+        self.home = os.path.join(self.tmp, "home")
+        os.makedirs(self.home)
+
+    def env(self, **extra):
+        """A home of the test's own, so that nobody's real default file takes part."""
+        env = super().env(**{"HOME": self.home, **extra})
+        if "XDG_CONFIG_HOME" not in extra:
+            env.pop("XDG_CONFIG_HOME", None)
+        return env
+
+    def launch_in(self, cwd, *args):
+        return subprocess.run([DTLAUNCH, *args], env=self.env(), cwd=cwd, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+
+    def write(self, name, text):
+        path = os.path.join(self.tmp, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_the_default_file_is_used_when_present_and_xdg_config_home_comes_first(self):
+        self.write("home/.config/dtlaunch/default_config.yaml", "nproc_per_node: 2\nmaster_port: 0\n")
+        r = self.launch(*self.worker("env"))
+        self.assertExitCode(r, 0)
+        self.assertEqual(sorted(parse_env(r.stdout)), [0, 1])
+        self.write("xdg/dtlaunch/default_config.yaml", "nproc_per_node: 3\nmaster_port: 0\n")
+        r = self.launch(*self.worker("env"), env=self.env(XDG_CONFIG_HOME=os.path.join(self.tmp, "xdg")))
+        self.assertExitCode(r, 0)
+        self.assertEqual(sorted(parse_env(r.stdout)), [0, 1, 2])
+        # DTLAUNCH_CONFIG_FILE names another file; empty, it turns the default off.
+        other = self.write("other.yaml", "nproc_per_node: 4\nmaster_port: 0\n")
+        r = self.launch(*self.worker("env"), env=self.env(DTLAUNCH_CONFIG_FILE=other))
+        self.assertEqual(sorted(parse_env(r.stdout)), [0, 1, 2, 3])
+        r = self.launch("--master_port=0", *self.worker("env"), env=self.env(DTLAUNCH_CONFIG_FILE=""))
+        self.assertEqual(sorted(parse_env(r.stdout)), [0])
+
+    def test_an_accelerate_multi_gpu_file_launches_its_layout_on_fake_gpus(self):
+        path = self.write("acc.yaml", "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n"
+                                      "num_machines: 1\nnum_processes: 2\ngpu_ids: '1,3'\nmain_process_port: 0\n"
+                                      "mixed_precision: no\ndebug: true\nuse_cpu: false\n")
+        r = self.launch("--config_file", path, "--fake_gpus=4", *self.worker("env"))
+        self.assertExitCode(r, 0)
+        ranks = parse_env(r.stdout)
+        self.assertEqual({lr: e["CUDA_VISIBLE_DEVICES"] for lr, e in ranks.items()}, {0: "1", 1: "3"})
+        self.assertEqual({e["WORLD_SIZE"] for e in ranks.values()}, {"2"})
+        r = self.launch("--config_file", path, "--fake_gpus=4", *SHOW_ACCELERATE)
+        self.assertExitCode(r, 0)
+        self.assertEqual(sorted(re.findall(r"^\[default\d\]:(.*)$", r.stdout, re.M)),
+                         ["mp=no cpu=unset debug=true nccl=unset cvd=1", "mp=no cpu=unset debug=true nccl=unset cvd=3"])
+
+    def test_an_accelerate_cpu_file_leaves_the_gpus_alone(self):
+        path = self.write("cpu.yaml", "distributed_type: MULTI_CPU\nnum_processes: 3\nmain_process_port: 0\n"
+                                      "mixed_precision: bf16\nuse_cpu: true\n")
+        r = self.launch("--config_file", path, "--fake_gpus=4", *SHOW_ACCELERATE)
+        self.assertExitCode(r, 0)
+        self.assertEqual(re.findall(r"^\[default\d\]:(.*)$", r.stdout, re.M),
+                         ["mp=bf16 cpu=true debug=unset nccl=unset cvd=unset"] * 3)
+
+    def test_flags_and_variables_win_over_the_file(self):
+        path = self.write("c.yaml", "nproc_per_node: 2\nmaster_port: 0\nrole: fromfile\nmixed_precision: bf16\n"
+                                    "env:\n  NCCL_DEBUG: INFO\n")
+        r = self.launch("--config_file", path, "--nproc_per_node=3", *SHOW_ACCELERATE,
+                        env=self.env(PET_ROLE="frompet", ACCELERATE_MIXED_PRECISION="fp16"))
+        self.assertExitCode(r, 0)
+        lines = re.findall(r"^\[frompet\d\]:(.*)$", r.stdout, re.M)
+        self.assertEqual(lines, ["mp=fp16 cpu=unset debug=unset nccl=INFO cvd=unset"] * 3)
+        r = self.launch("--config_file", path, *SHOW_ACCELERATE, env=self.env(NCCL_DEBUG="WARN"))
+        self.assertEqual(re.findall(r"^\[fromfile\d\]:(.*)$", r.stdout, re.M),
+                         ["mp=bf16 cpu=unset debug=unset nccl=WARN cvd=unset"] * 2)
+
+    def test_print_config_shows_a_multi_node_accelerate_file_per_node(self):
+        path = self.write("mn.yaml", "distributed_type: MULTI_GPU\nnum_machines: 2\nmachine_rank: 1\n"
+                                     "main_process_ip: 10.0.0.1\nmain_process_port: 29500\nnum_processes: 16\n"
+                                     "same_network: true\nmixed_precision: bf16\n")
+        r = self.launch("--config_file", path, "--max_restarts=2", "--print_config", env=self.env(PET_ROLE="r"))
+        self.assertExitCode(r, 0)
+        self.assertEqual(r.stderr, "")
+        settings = {m[0]: (m[1], m[2]) for m in re.findall(r"^(\w+): (\S+) +# (.*)$", r.stdout, re.M)}
+        self.assertEqual(settings["nproc_per_node"], ("8", f"{path}:6:16: num_processes (total 16 over 2 machines)"))
+        self.assertEqual(settings["nnodes"], ("2", f"{path}:2:15: num_machines"))
+        self.assertEqual(settings["node_rank"], ("1", f"{path}:3:15: machine_rank"))
+        self.assertEqual(settings["master_addr"], ("10.0.0.1", f"{path}:4:18: main_process_ip"))
+        self.assertEqual(settings["max_restarts"], ("2", "--max_restarts"))
+        self.assertEqual(settings["role"], ("r", "PET_ROLE"))
+        self.assertEqual(settings["mixed_precision"], ("bf16", f"{path}:8:18: mixed_precision"))
+        self.assertEqual(settings["standalone"], ("false", "default"))
+        self.assertIn(f"# config file: {path} (accelerate's format)\n", r.stdout)
+
+    def test_sections_dtlaunch_does_not_act_on_get_one_warning(self):
+        path = self.write("ds.yaml", "distributed_type: DEEPSPEED\nnum_processes: 2\nmain_process_port: 0\n"
+                                     "deepspeed_config:\n  zero_stage: 2\nfsdp_config: {}\ndynamo_config:\n"
+                                     "  dynamo_backend: INDUCTOR\n")
+        r = self.launch("--config_file", path, *self.worker("env"))
+        self.assertExitCode(r, 0)
+        warnings = [l for l in r.stderr.splitlines() if "warning" in l]
+        self.assertEqual(warnings, [f"dtlaunch: warning: {path}: ignoring distributed_type: DEEPSPEED, deepspeed_config, "
+                                    "dynamo_config (accelerate features that dtlaunch does not set up; it launches the "
+                                    "processes only)"])
+
+    def test_a_bad_file_is_one_line_exit_2_and_nothing_runs(self):
+        out = os.path.join(self.tmp, "touched")
+        os.makedirs(out)
+        cases = {
+            "nproc_per_nod: 2\n": "bad.yaml:1:1: nproc_per_nod: unknown key (did you mean nproc_per_node?)",
+            "max_restarts: [1\n": "bad.yaml:2:1: YAML syntax error: end of sequence flow not found",
+            "standalone: perhaps\n": "bad.yaml:1:13: standalone: expected true or false, got 'perhaps'",
+            "nproc_per_node: 4\ngpu_ids: [0, 1]\n":
+                "bad.yaml:1:17: nproc_per_node: expected at most 2 workers per node, the GPUs listed in gpu_ids "
+                "(bad.yaml:2:10: gpu_ids), got '4'",
+            "distributed_type: MULTI_GPU\nnum_machines: 2\nmachine_rank: 2\nmain_process_ip: h\n":
+                "bad.yaml:3:15: machine_rank: expected a rank in 0..1 for num_machines=2, got 2",
+            "distributed_type: MULTI_GPU\nnum_machines: 2\nmain_process_ip: h\nnum_processes: 5\n":
+                "bad.yaml:4:16: num_processes: expected a total divisible by num_machines=2 (num_processes counts "
+                "the processes of all machines), got 5",
+        }
+        for text, message in cases.items():
+            with self.subTest(text=text):
+                self.write("bad.yaml", text)
+                r = self.launch_in(self.tmp, "--config_file", "bad.yaml", *self.worker("touch", out))
+                self.assertEqual((r.returncode, r.stderr, r.stdout), (2, f"dtlaunch: error: {message}\n", ""))
+                self.assertEqual(os.listdir(out), [])
+        r = self.launch("--config_file", os.path.join(self.tmp, "missing.yaml"), *self.worker("env"))
+        self.assertEqual((r.returncode, r.stderr), (2, f"dtlaunch: error: --config_file: cannot read "
+                                                       f"'{self.tmp}/missing.yaml': No such file or directory\n"))
+
+
+if __name__ == "__main__":
+    main()
