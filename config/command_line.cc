@@ -212,7 +212,7 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   };
 
   add("nproc_per_node", "workers on this node: N, gpu, cpu or auto (default 1)", "1");
-  add("nnodes", "number of nodes, N or MIN:MAX (only 1 for now)", "1");
+  add("nnodes", "number of nodes, N or MIN:MAX (elastic)", "1");
   add("node_rank", "rank of this node (static rendezvous)", "0");
   add("master_addr", "address of the workers' rank 0 (default 127.0.0.1)", "127.0.0.1");
   add("master_port", "port of the workers' rank 0 store; 0 picks a free port (default 29500)", "29500");
@@ -222,7 +222,7 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   add("rdzv_id", "job id (alias of --run_id)");
   add("rdzv_conf", "rendezvous settings k=v,k=v (join_timeout, last_call_timeout, keep_alive_interval, ...)");
   add("local_addr", "this node's address, as its workers are reached");
-  add("rdzv_token", "shared secret that nodes prove with HMAC-SHA256 (never sent)", "", {"DTLAUNCH_RDZV_TOKEN"});
+  add("rdzv_token", "shared secret that nodes prove with HMAC-SHA256 (never sent); or DTLAUNCH_RDZV_TOKEN");
   add("rdzv_token_file", "file holding the shared secret");
   add("run_id", "job id, exported as TORCHELASTIC_RUN_ID (default none)");
   add("max_restarts", "restarts of the worker group after a failure (default 0)", "0");

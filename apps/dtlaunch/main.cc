@@ -14,11 +14,14 @@
 
 #include "commands/commands.h"
 #include "config/command_line.h"
+#include "launcher/elastic_agent.h"
 #include "launcher/gpus.h"
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
+#include "launcher/rdzv_server_command.h"
 #include "launcher/supervisor.h"
+#include "rendezvous/auth.h"
 #include "rendezvous/ports.h"
 
 namespace {
@@ -43,6 +46,10 @@ int main(int argc, char** argv) {
   using namespace dtl;
   auto env = config::process_env();
   if (auto code = commands::run_subcommand(std::vector<std::string>(argv + 1, argv + argc), env)) return *code;
+  if (argc > 1 && std::string_view(argv[1]) == "rdzv-server") {
+    setup_logging();
+    return launcher::run_rdzv_server_command(std::vector<std::string>(argv + 2, argv + argc), env);
+  }
   auto parsed = config::parse_command_line(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!parsed.options) {
     for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
@@ -77,12 +84,41 @@ int main(int argc, char** argv) {
       }
     }
 
+    std::optional<launcher::AgentOptions> agent_options;
+    if (launcher::is_multi_node(options)) {
+      auto token = rendezvous::read_token(options.rdzv_token.empty() ? std::nullopt : std::optional(options.rdzv_token),
+                                          env("DTLAUNCH_RDZV_TOKEN"),
+                                          options.rdzv_token_file.empty() ? std::nullopt
+                                                                          : std::optional(options.rdzv_token_file));
+      if (auto* err = std::get_if<rendezvous::TokenError>(&token)) {
+        std::cerr << "dtlaunch: error: " << err->what << "\n";
+        return 2;
+      }
+      const auto& t = std::get<rendezvous::Token>(token);
+      if (!t.warning.empty()) spdlog::warn("{}", t.warning);
+      auto made = launcher::make_agent_options(options, plan, t.value);
+      if (auto* err = std::get_if<std::string>(&made)) {
+        std::cerr << "dtlaunch: error: " << *err << "\n";
+        return 2;
+      }
+      agent_options = std::get<launcher::AgentOptions>(made);
+    }
+
     launcher::OrphanGuard guard;
     launcher::RunLogDir logs(plan.log_dir, plan.group.run_id);
     boost::asio::io_context io;
-    launcher::Supervisor supervisor(io, plan, logs, guard);
-    int code = supervisor.run();
-    const bool keep = !plan.log_dir.empty() || supervisor.wrote_log_files();
+    int code = 0;
+    bool wrote_files = false;
+    if (agent_options) {
+      launcher::ElasticAgent agent(io, plan, logs, guard, *agent_options);
+      code = agent.run();
+      wrote_files = agent.wrote_log_files();
+    } else {
+      launcher::Supervisor supervisor(io, plan, logs, guard);
+      code = supervisor.run();
+      wrote_files = supervisor.wrote_log_files();
+    }
+    const bool keep = !plan.log_dir.empty() || wrote_files;
     if (keep && logs.temporary()) spdlog::info("per-rank logs are in {}", logs.path().string());
     logs.finish(keep);
     return code;
