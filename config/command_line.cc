@@ -185,7 +185,9 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   app.prefix_command();
   app.set_version_flag("--version", "dtlaunch " DTL_VERSION);
   app.footer("Every --flag_name is also accepted as --flag-name and as the variable PET_FLAG_NAME\n"
-             "(the flag wins). Documentation: README.md.");
+             "(the flag wins over the variable, which wins over the config file). Documentation: README.md.\n"
+             "Also: dtlaunch config (write a config file by answering questions; --help for more),\n"
+             "dtlaunch env (versions, GPUs and settings, for a bug report).");
 
   std::vector<Flag> flags;
   flags.reserve(40);

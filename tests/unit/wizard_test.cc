@@ -171,7 +171,7 @@ TEST_CASE("several machines on one network: rank, address and port become master
   CHECK(o.nproc_per_node.count == 4);
 }
 
-TEST_CASE("machine 0 is offered its own host name; other networks get a rendezvous endpoint") {
+TEST_CASE("machine 0 is offered its own host name, and other networks get a rendezvous endpoint") {
   ScriptedTerminal term({"cpu", "3", "0", "", "", "no", "c10d", "2", "", "", ""});
   auto a = answered(term, kNoGpu);
   CHECK(term.transcript.find("of the machine with rank 0? [node0]: \n") != std::string::npos);
