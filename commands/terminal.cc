@@ -13,8 +13,9 @@ namespace {
 // needs the saved settings, so they live here, set only while a ConsoleTerminal holds raw mode.
 int g_raw_fd = -1;
 termios g_saved{};
-constexpr int kRestoreSignals[] = {SIGTERM, SIGHUP, SIGQUIT, SIGINT};
-struct sigaction g_previous[4];
+constexpr int kRestoreSignals[] = {SIGTERM, SIGHUP, SIGQUIT, SIGINT, SIGPIPE};  // SIGPIPE: `dtlaunch config | head`
+constexpr int kSignals = sizeof kRestoreSignals / sizeof kRestoreSignals[0];
+struct sigaction g_previous[kSignals];
 
 void restore_and_reraise(int sig) {
   if (g_raw_fd >= 0) tcsetattr(g_raw_fd, TCSANOW, &g_saved);
@@ -52,9 +53,9 @@ ConsoleTerminal::ConsoleTerminal(int in_fd, int out_fd, const std::string& term)
   struct sigaction sa {};
   sa.sa_handler = restore_and_reraise;
   sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < 4; ++i) sigaction(kRestoreSignals[i], &sa, &g_previous[i]);
+  for (int i = 0; i < kSignals; ++i) sigaction(kRestoreSignals[i], &sa, &g_previous[i]);
   if (tcsetattr(in_, TCSANOW, &raw) != 0) {
-    for (int i = 0; i < 4; ++i) sigaction(kRestoreSignals[i], &g_previous[i], nullptr);
+    for (int i = 0; i < kSignals; ++i) sigaction(kRestoreSignals[i], &g_previous[i], nullptr);
     g_raw_fd = -1;
     return;
   }
@@ -65,7 +66,7 @@ ConsoleTerminal::ConsoleTerminal(int in_fd, int out_fd, const std::string& term)
 ConsoleTerminal::~ConsoleTerminal() {
   if (!raw_) return;
   tcsetattr(in_, TCSANOW, &saved_);
-  for (int i = 0; i < 4; ++i) sigaction(kRestoreSignals[i], &g_previous[i], nullptr);
+  for (int i = 0; i < kSignals; ++i) sigaction(kRestoreSignals[i], &g_previous[i], nullptr);
   g_raw_fd = -1;
 }
 

@@ -13,7 +13,7 @@ namespace dtl::commands {
 class ConsoleTerminal : public config::Terminal {
  public:
   /// `term`: $TERM. Raw mode, when used, lasts as long as this object (and is undone on SIGTERM,
-  /// SIGHUP and SIGQUIT too).
+  /// SIGHUP, SIGQUIT, SIGINT and SIGPIPE too).
   ConsoleTerminal(int in_fd, int out_fd, const std::string& term);
   ~ConsoleTerminal() override;
   ConsoleTerminal(const ConsoleTerminal&) = delete;

@@ -42,8 +42,7 @@ class Questions {
   std::string ask(const std::string& question, const std::string& def,
                   const std::function<std::string(const std::string&)>& check, const std::string& shown_default = "") {
     const std::string prompt =
-        question + (def.empty() && shown_default.empty() ? "" : " [" + (shown_default.empty() ? def : shown_default) + "]") +
-        ": ";
+        question + (def.empty() && shown_default.empty() ? " " : " [" + (shown_default.empty() ? def : shown_default) + "]: ");
     while (true) {
       Reply r = term_.ask(prompt);
       if (r.kind == Reply::Kind::interrupt) throw Abort{130};

@@ -160,7 +160,7 @@ TEST_CASE("several machines on one network: rank, address and port become master
   const std::string& t = term.transcript;
   CHECK(t.find("What is the rank of this machine (0 to 1)? [0]: 2\n"
                "  expected a rank from 0 to 1, got '2'; please answer again\n") != std::string::npos);
-  CHECK(t.find("What is the address (IP or host name) of the machine with rank 0?: \n"
+  CHECK(t.find("What is the address (IP or host name) of the machine with rank 0? \n"
                "  an address is needed; please answer again\n") != std::string::npos);
   auto o = loaded(a);
   CHECK(o.min_nodes == 2);
