@@ -94,6 +94,7 @@ class LaunchTest(unittest.TestCase):
                if not k.startswith(("PET_", "TORCHELASTIC_", "DTLAUNCH_"))
                and k not in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT")}
         env["DTL_TEST_TAG"] = self.tag
+        env["DTLAUNCH_CONFIG_FILE"] = ""  # a developer's own default config file must not change the tests
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
