@@ -6,7 +6,6 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -31,6 +30,16 @@ def tagged_pids(tag):
         except OSError:
             pass
     return pids
+
+
+def parse_env(stdout):
+    """{local_rank: {KEY: VALUE}} from the test worker's `env` lines, prefixed [<role><local_rank>]:."""
+    ranks = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^\[\w+?(\d+)\]:(\w+)=(.*)$", line)
+        if m:
+            ranks.setdefault(int(m.group(1)), {})[m.group(2)] = m.group(3)
+    return ranks
 
 
 class Running:
@@ -94,7 +103,8 @@ class LaunchTest(unittest.TestCase):
                if not k.startswith(("PET_", "TORCHELASTIC_", "DTLAUNCH_"))
                and k not in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT")}
         env["DTL_TEST_TAG"] = self.tag
-        env["DTLAUNCH_CONFIG_FILE"] = ""  # a developer's own default config file must not change the tests
+        # a developer's own ~/.config/dtlaunch/default_config.yaml must not change the tests
+        env["XDG_CONFIG_HOME"] = os.path.join(self.tmp, "no-config")
         env.update({k: str(v) for k, v in extra.items()})
         return env
 

@@ -2,7 +2,7 @@
 import os
 import stat
 
-from common import LaunchTest, WORKER, main
+from common import LaunchTest, main
 
 
 class BadInput(LaunchTest):

@@ -4,17 +4,7 @@ import os
 import re
 import subprocess
 
-from common import DTLAUNCH, LaunchTest, main
-
-
-def parse_env(stdout):
-    """{local_rank: {KEY: VALUE}} from the `env` worker's prefixed lines."""
-    ranks = {}
-    for line in stdout.splitlines():
-        m = re.match(r"^\[\w+?(\d+)\]:(\w+)=(.*)$", line)
-        if m:
-            ranks.setdefault(int(m.group(1)), {})[m.group(2)] = m.group(3)
-    return ranks
+from common import DTLAUNCH, LaunchTest, main, parse_env
 
 
 # Prints what accelerate's scripts read, one line per worker.

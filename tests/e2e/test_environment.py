@@ -3,17 +3,7 @@ import os
 import re
 import socket
 
-from common import WORKER, LaunchTest, main
-
-
-def parse_env(stdout):
-    """{local_rank: {KEY: VALUE}} from the `env` worker's prefixed lines."""
-    ranks = {}
-    for line in stdout.splitlines():
-        m = re.match(r"^\[default(\d+)\]:(\w+)=(.*)$", line)
-        if m:
-            ranks.setdefault(int(m.group(1)), {})[m.group(2)] = m.group(3)
-    return ranks
+from common import WORKER, LaunchTest, main, parse_env
 
 
 class Environment(LaunchTest):
@@ -70,8 +60,8 @@ class Environment(LaunchTest):
         for lr, e in ranks.items():
             self.assertEqual(e["OMP_NUM_THREADS"], "4")
             self.assertEqual(e["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "0")
-        self.assertIn(f"[default1]:ARG=--dev=cuda:1", r.stdout)
-        self.assertIn(f"[default0]:ARG=x y", r.stdout)
+        self.assertIn("[default1]:ARG=--dev=cuda:1", r.stdout)
+        self.assertIn("[default0]:ARG=x y", r.stdout)
         self.assertNotIn("OMP_NUM_THREADS=1 for each worker", r.stderr)
 
     def test_standalone_picks_a_free_port_and_a_random_run_id(self):

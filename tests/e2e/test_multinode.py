@@ -7,7 +7,7 @@ import subprocess
 import time
 import unittest
 
-from common import WORKER, LaunchTest, main
+from common import LaunchTest, main
 
 
 def free_port():
@@ -158,7 +158,8 @@ class MultiNode(LaunchTest):
             self.assertIn(f"rendezvous: dropped 127.0.0.1 before it joined: bad frame: {reason}", before)
         for n in nodes:
             n.proc.send_signal(signal.SIGTERM)
-        r0, r1 = nodes[0].finish(), nodes[1].finish()
+        r0 = nodes[0].finish()
+        nodes[1].finish()
         self.assertEqual(r0.stdout.count("ready rank"), 1)  # no restart happened
 
     def test_a_node_joining_an_elastic_job_below_max_restarts_it_bigger_without_spending_a_restart(self):
