@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/version.h>
@@ -104,7 +105,8 @@ class Reducer {
   Comm& comm_;
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  ///< hooks live on these
+  /// The hooks live on these (shared_ptr in libtorch 1.x, intrusive_ptr in recent 2.x).
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()))> accumulators_;
   std::deque<Bucket> buckets_;
   std::vector<Slot> slots_;
   std::vector<char> seen_;

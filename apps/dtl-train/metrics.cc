@@ -42,18 +42,19 @@ std::string num(double v, const char* fmt = "%.9g") {
 
 std::string log_line(const StepRecord& r) {
   char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "step %lld/%lld loss %.4f lr %.2e tokens/s %.0f step %.1f ms comm wait %.1f%% hidden %.1f%%", r.step,
-                r.steps, r.loss, r.lr, r.tokens_per_s, r.step_time_s * 1e3, r.comm_wait_share * 100,
-                r.comm_hidden_share * 100);
-  return buf;
+  std::snprintf(buf, sizeof buf, "step %lld/%lld loss %.4f lr %.2e tokens/s %.0f step %.1f ms comm wait %.1f%% hidden ",
+                r.step, r.steps, r.loss, r.lr, r.tokens_per_s, r.step_time_s * 1e3, r.comm_wait_share * 100);
+  std::string line = buf;
+  line += std::isfinite(r.comm_hidden_share) ? num(r.comm_hidden_share * 100, "%.1f") + "%" : "n/a";
+  if (std::isfinite(r.mfu)) line += " mfu " + num(r.mfu * 100, "%.1f") + "%";
+  return line;
 }
 
 std::string metrics_json(const StepRecord& r) {
   return "{\"step\": " + std::to_string(r.step) + ", \"loss\": " + num(r.loss) + ", \"lr\": " + num(r.lr) +
          ", \"grad_norm\": " + num(r.grad_norm) + ", \"step_time_s\": " + num(r.step_time_s) +
          ", \"tokens_per_s\": " + num(r.tokens_per_s) + ", \"comm_wait_share\": " + num(r.comm_wait_share) +
-         ", \"comm_hidden_share\": " + num(r.comm_hidden_share) + ", \"tokens\": " + std::to_string(r.tokens) +
+         ", \"comm_hidden_share\": " + num(r.comm_hidden_share) + ", \"mfu\": " + num(r.mfu) + ", \"tokens\": " + std::to_string(r.tokens) +
          ", \"world_size\": " + std::to_string(r.world_size) + "}";
 }
 

@@ -2,6 +2,7 @@
 // gradient allreduce was hidden behind backward (computed from timestamps, so tests need no clock).
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,13 @@ struct StepRecord {
   double tokens_per_s = 0;
   double comm_wait_share = 0;    ///< share of step time spent waiting for gradients after backward
   double comm_hidden_share = 1;  ///< share of allreduce time that overlapped backward
+  double mfu = std::nan("");     ///< model FLOPs utilisation per device; NaN when the peak is unknown
   long long tokens = 0;          ///< tokens trained on so far (global)
   int world_size = 1;
 };
 
-/// "step 10/100 loss 4.1234 lr 1.00e-03 tokens/s 12345 step 83.1 ms comm wait 2.1% hidden 95.0%"
+/// "step 10/100 loss 4.1234 lr 1.00e-03 tokens/s 12345 step 83.1 ms comm wait 2.1% hidden 95.0%",
+/// then " mfu 41.0%" when known; "hidden n/a" where it is not measured (CUDA).
 std::string log_line(const StepRecord& r);
 
 /// One JSON object, no newline.

@@ -80,6 +80,7 @@ std::string check_options(const TrainOptions& o) {
   else if (!(o.bucket_mb > 0)) e << "--bucket_mb must be > 0 (got " << o.bucket_mb << ")";
   else if (!(o.timeout_s > 0)) e << "--timeout must be > 0 seconds (got " << o.timeout_s << ")";
   else if (o.checkpoint_every < 1) e << "--checkpoint_every must be >= 1 (got " << o.checkpoint_every << ")";
+  else if (o.peak_tflops < 0) e << "--peak_tflops must be >= 0 (got " << o.peak_tflops << ")";
   else if (o.log_every < 1) e << "--log_every must be >= 1 (got " << o.log_every << ")";
   else if (o.fail_how != "raise" && o.fail_how != "kill" && o.fail_how != "hang")
     e << "--fail_how must be raise, kill or hang (got '" << o.fail_how << "')";
@@ -125,6 +126,7 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
   app.add_option("--checkpoint_every", v.checkpoint_every, "steps between checkpoints (default 50)");
   app.add_option("--metrics", v.metrics, "JSON-lines file of the logged steps (rank 0)");
   app.add_option("--log_every", v.log_every, "steps between log lines (default 10)");
+  app.add_option("--peak_tflops", v.peak_tflops, "a device's peak TFLOP/s (H200 bf16 dense: 989); adds MFU to the logs");
   app.add_option("--dump_params", v.dump_params, "directory where each rank writes its final parameters (rank<R>.bin)");
   app.add_option("--fail_at_step", v.fail_at_step, "testing: fail at the start of this step on the first attempt");
   app.add_option("--fail_rank", v.fail_rank, "testing: the rank that fails (default 0)");

@@ -45,6 +45,7 @@ struct TrainOptions {
   long long checkpoint_every = 50;
   std::string metrics;  ///< JSON-lines file written by rank 0
   long long log_every = 10;
+  double peak_tflops = 0;  ///< one device's peak for the precision used; > 0 adds MFU to the logs
   std::string dump_params;  ///< directory: each rank writes its final parameters there
   long long fail_at_step = -1;  ///< fault injection for tests, only on the first attempt
   int fail_rank = 0;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <thread>
 #include <typeinfo>
 
 namespace dtl::train {
@@ -46,13 +47,15 @@ void write_error_file(const std::string& path, const ErrorReport& r, long long t
   out << error_file_json(r, timestamp);
 }
 
-void exit_with_report(const std::string& error_file, const ErrorReport& r, const std::string& line, int code) {
+void exit_with_report(const std::string& error_file, const ErrorReport& r, const std::string& line, int code,
+                      std::chrono::milliseconds linger) {
   const long long now =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   write_error_file(error_file, r, now);
   std::fflush(stdout);
   std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
+  if (linger.count() > 0) std::this_thread::sleep_for(linger);
   std::_Exit(code);
 }
 

@@ -2,6 +2,7 @@
 // which dtlaunch (and torchrun) show as the root cause, plus the error types that pick the exit code.
 #pragma once
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -26,11 +27,11 @@ std::string error_file_json(const ErrorReport& r, long long timestamp);
 /// Writes the error file (best effort: a failure to report must not hide the failure). No-op for "".
 void write_error_file(const std::string& path, const ErrorReport& r, long long timestamp);
 
-/// Writes the error file, prints `line` to stderr and exits with `code` at once (std::_Exit): no
-/// destructor runs, so the process group stays open until the process is gone. Peers then see this
-/// rank die only after its report exists, and no teardown can hang on a dead peer.
+/// Writes the error file, prints `line` to stderr and exits with `code` after `linger` (std::_Exit):
+/// no destructor runs, so the process group stays open until the process is gone. Peers then see
+/// this rank die only after its report exists, and no teardown can hang on a dead peer.
 [[noreturn]] void exit_with_report(const std::string& error_file, const ErrorReport& r, const std::string& line,
-                                   int code);
+                                   int code, std::chrono::milliseconds linger = {});
 
 /// The readable name of an exception's dynamic type ("std::runtime_error").
 std::string type_name(const std::exception& e);

@@ -232,7 +232,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
     s << "dtl-train: " << env.world_size << " rank(s), " << placement.backend << " on " << device.str() << ", "
       << (parameter_count(o.model) / 1e6) << "M parameters (" << shape_text(o.model) << "), global batch "
       << batching.global() << " x " << o.model.context << " tokens, " << reducer.bucket_count()
-      << " gradient buckets, mixed precision " << o.mixed_precision << ", data " << data->describe();
+      << " gradient buckets, " << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision " << o.mixed_precision << ", data " << data->describe();
     say(s.str());
   }
   std::ofstream metrics;
@@ -262,7 +262,8 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
         data->sample(progress.position + global_row(batching, env.rank, micro, row),
                      std::span<int64_t>(rows + static_cast<size_t>(row) * (T + 1), T + 1));
       }
-      at::Tensor batch = tokens.to(device, /*non_blocking=*/false);
+      // To a GPU from pinned memory, asynchronously: a pageable copy would stall the CPU every micro-batch.
+      at::Tensor batch = device.is_cuda() ? tokens.pin_memory().to(device, /*non_blocking=*/true) : tokens;
       reducer.prepare(micro == o.grad_accum - 1);
       at::Tensor loss;
       {
@@ -299,6 +300,9 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       r.comm_hidden_share = !reducer.measures_overlap() ? std::nan("")
                             : interval_busy > 0     ? 1.0 - interval_exposed / interval_busy
                                                     : 1.0;
+      if (o.peak_tflops > 0) {
+        r.mfu = r.tokens_per_s / env.world_size * flops_per_token(o.model) / (o.peak_tflops * 1e12);
+      }
       r.tokens = step * tokens_per_step;
       r.world_size = env.world_size;
       if (leader) {
@@ -326,11 +330,14 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
 }
 
 /// The report of a rank that failed: what it was doing, then the exception as torchrun shows it.
+/// A rank that failed only because a peer's connection closed (the peer died first) lingers a
+/// moment before exiting, so that the launcher observes the dead peer, the root cause, first.
 [[noreturn]] void fail(const LaunchEnv& env, const std::string& doing, const std::string& type,
                        const std::string& message) {
   const std::string text =
       "dtl-train rank " + std::to_string(env.rank) + " failed while " + doing + ":\n" + type + ": " + message;
-  exit_with_report(env.error_file, {type, message, text}, text, 1);
+  const bool peer_gone = message.find("by peer") != std::string::npos;
+  exit_with_report(env.error_file, {type, message, text}, text, 1, peer_gone ? std::chrono::seconds(2) : std::chrono::seconds(0));
 }
 
 }  // namespace

@@ -61,5 +61,7 @@ TEST_CASE("dtl-train: a step record reads the same in the log and in the metrics
   CHECK(log_line(r) == "step 10/100 loss 4.5000 lr 1.00e-03 tokens/s 12345 step 83.1 ms comm wait 2.1% hidden 95.0%");
   CHECK(metrics_json(r).rfind("{\"step\": 10, \"loss\": 4.5, \"lr\": 0.001,", 0) == 0);
   r.comm_hidden_share = std::nan("");
-  CHECK(metrics_json(r).find("\"comm_hidden_share\": null") != std::string::npos);
+  r.mfu = 0.412;
+  CHECK(metrics_json(r).find("\"comm_hidden_share\": null, \"mfu\": 0.412,") != std::string::npos);
+  CHECK(log_line(r) == "step 10/100 loss 4.5000 lr 1.00e-03 tokens/s 12345 step 83.1 ms comm wait 2.1% hidden n/a mfu 41.2%");
 }

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# dtl-train vs PyTorch's Python DDP, side by side in one run: the same model shape, batch,
+# optimizer and schedule (scripts/bench/train_ddp.py mirrors dtl-train), Gloo, 2 ranks on CPU,
+# dtl-train under dtlaunch and the Python script under torchrun. Prints tokens/s of both, the
+# ratio, and the share of dtl-train's allreduce time that was hidden behind backward.
+#
+#   scripts/bench/train_vs_ddp.sh [small|default|both]     (default: both)
+#
+# BUILD_DIR   build folder with dtlaunch and dtl-train (default: build/)
+# ROUNDS      runs of each side, alternating; the best of each is compared (default 2)
+# STEPS       optimizer steps per run; the first interval of 5 is not timed (default 20)
+# BUCKET_MB   gradient bucket size for both sides (default 4: on a CPU the backward of one block takes
+#             far longer than the allreduce of its gradients, so small buckets hide nearly all of it)
+# BLAS_DIR    a folder with another libblas.so.3 (e.g. OpenBLAS) for both sides; Debian's libtorch
+#             uses the reference BLAS unless libopenblas0 is installed, which is ~20x slower
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+build=${BUILD_DIR:-$repo/build}
+dtlaunch=$build/apps/dtlaunch/dtlaunch
+trainer=$build/apps/dtl-train/dtl-train
+python=${TORCHRUN_PYTHON:-/usr/bin/python3}
+rounds=${ROUNDS:-2}
+steps=${STEPS:-20}
+bucket_mb=${BUCKET_MB:-4}
+which=${1:-both}
+for f in "$dtlaunch" "$trainer"; do
+  [ -x "$f" ] || { echo "train_vs_ddp.sh: $f not found; build with scripts/build.sh (or set BUILD_DIR)" >&2; exit 2; }
+done
+if [ -n "${BLAS_DIR:-}" ]; then export LD_LIBRARY_PATH=$BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
+# torchrun of Debian's torch 1.13 breaks on Python 3.11 (Std.from_str); the compat wrapper fixes it.
+torchrun=("$python" -m torch.distributed.run)
+[ -f "$here/torchrun_compat.py" ] && torchrun=("$python" "$here/torchrun_compat.py")
+tmp=$(mktemp -d /tmp/train-vs-ddp.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+blas=$(ldd "$trainer" | awk '/libblas.so/ {print $3}')
+echo "machine: $(nproc) CPUs, $(uname -m); torch $("$python" -c 'import torch; print(torch.__version__)'); BLAS: $(readlink -f "$blas")"
+echo "both sides: 2 ranks, Gloo, OMP_NUM_THREADS=1, AdamW, warmup+cosine, clip 1.0, $bucket_mb MB buckets, $steps steps"
+
+run_pair() {  # name, then the shape flags shared by both programs
+  local name=$1; shift
+  local shape=("$@")
+  echo
+  echo "== $name: ${shape[*]}"
+  local r
+  for r in $(seq 1 "$rounds"); do
+    "$dtlaunch" --standalone --nproc_per_node=2 --no_python "$trainer" "${shape[@]}" --steps "$steps" \
+      --log_every 5 --bucket_mb "$bucket_mb" --metrics "$tmp/$name.dtl.$r.jsonl" >"$tmp/$name.dtl.$r.log" 2>&1 ||
+      { cat "$tmp/$name.dtl.$r.log"; exit 1; }
+    # torchrun 1.13's agent sometimes loses its own store while its workers exit: one retry.
+    local try
+    for try in 1 2; do
+      OMP_NUM_THREADS=1 "${torchrun[@]}" --standalone --nproc_per_node=2 "$here/train_ddp.py" "${shape[@]}" \
+        --steps "$steps" --skip 5 --bucket_mb "$bucket_mb" >"$tmp/$name.ddp.$r.log" 2>&1 && break
+      [ "$try" = 2 ] && { cat "$tmp/$name.ddp.$r.log"; exit 1; }
+    done
+  done
+  "$python" - "$tmp" "$name" "$rounds" <<'PY'
+import glob, json, sys
+tmp, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+dtl, ddp = [], []
+for r in range(1, rounds + 1):
+    rows = [json.loads(l) for l in open(f"{tmp}/{name}.dtl.{r}.jsonl")][1:]  # the first interval warms up
+    tokens = sum(x["tokens_per_s"] * x["step_time_s"] for x in rows)  # tokens per interval step, summed
+    time = sum(x["step_time_s"] for x in rows)
+    busy_hidden = [x["comm_hidden_share"] for x in rows if x["comm_hidden_share"] is not None]
+    dtl.append((tokens / time, sum(busy_hidden) / len(busy_hidden), sum(x["comm_wait_share"] for x in rows) / len(rows)))
+    line = [l for l in open(f"{tmp}/{name}.ddp.{r}.log") if '{"tokens_per_s"' in l][-1]
+    ddp.append(json.loads(line[line.index("{"):])["tokens_per_s"])
+best = max(dtl)
+print(f"dtl-train   tokens/s {best[0]:9.0f}   (rounds: {', '.join(f'{d[0]:.0f}' for d in dtl)})")
+print(f"Python DDP  tokens/s {max(ddp):9.0f}   (rounds: {', '.join(f'{d:.0f}' for d in ddp)})")
+ratio = best[0] / max(ddp)
+print(f"ratio dtl-train / DDP: {ratio:.2f}x  [{'PASS' if ratio >= 1.2 else 'MISS'} goal >= 1.2x]")
+print(f"dtl-train allreduce hidden behind backward: {best[1] * 100:.1f}%  [{'PASS' if best[1] >= 0.8 else 'MISS'} goal >= 80%];"
+      f" step time waiting for gradients: {best[2] * 100:.1f}%")
+PY
+}
+
+if [ "$which" = small ] || [ "$which" = both ]; then
+  run_pair small --layers 2 --width 128 --heads 4 --context 64 --vocab 256 --batch_size 8
+fi
+if [ "$which" = default ] || [ "$which" = both ]; then
+  run_pair default --layers 6 --width 384 --heads 6 --context 128 --vocab 256 --batch_size 8
+fi

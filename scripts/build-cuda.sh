@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds dtl-train with its NCCL backend against the libtorch inside the pip torch wheel (CUDA),
+# plus dtlaunch, into build-cuda/. Needs the CUDA toolkit of the wheel's major version (nvcc on
+# PATH, or CUDA_HOME) and torch installed for $PYTHON (INSTALL_TORCH=1 pip-installs it first).
+#
+#   scripts/build-cuda.sh [extra cmake configure arguments]
+#
+# TORCH_CUDA_ARCH_LIST passed to libtorch's CMake files (default 9.0, the H100/H200)
+# PYTHON         the Python whose torch to build against (default python3)
+# INSTALL_TORCH  1: pip-install torch first (into a venv in the build folder unless PYTHON is set)
+# BUILD_DIR      build folder (default build-cuda)
+# CHECK_ONLY     1: compile and link without the wheel's CUDA dependencies installed (links with
+#                --allow-shlib-undefined; the binary then runs only where they are); for CI and for
+#                machines without a GPU, where only the build itself is checked
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+build=${BUILD_DIR:-build-cuda}
+
+have_torch() { "$python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)'; }
+if [ "${INSTALL_TORCH:-0}" = 1 ] && [ -z "${PYTHON:-}" ]; then
+  # A venv in the build folder; the build needs only the wheel's files, so CHECK_ONLY skips its
+  # several GB of CUDA dependencies (they come with the toolkit on a GPU machine's full install).
+  [ -x "$build/venv/bin/python" ] || { mkdir -p "$build" && python3 -m venv "$build/venv"; }
+  python=$build/venv/bin/python
+  if ! have_torch; then
+    if [ "${CHECK_ONLY:-0}" = 1 ]; then "$python" -m pip install -q --no-deps torch; else "$python" -m pip install -q torch; fi
+  fi
+elif ! have_torch; then
+  if [ "${INSTALL_TORCH:-0}" = 1 ]; then
+    "$python" -m pip install torch
+  else
+    echo "build-cuda.sh: $python has no torch; pip install torch (or INSTALL_TORCH=1), or set PYTHON" >&2
+    exit 2
+  fi
+fi
+# torch.utils.cmake_prefix_path without importing torch (importing loads the CUDA libraries).
+prefix=$("$python" -c 'import importlib.util, os; print(os.path.join(os.path.dirname(importlib.util.find_spec("torch").origin), "share", "cmake"))')
+[ -f "$prefix/Torch/TorchConfig.cmake" ] || { echo "build-cuda.sh: no TorchConfig.cmake under $prefix" >&2; exit 2; }
+
+nvcc=$(command -v nvcc || true)
+[ -n "${CUDA_HOME:-}" ] && nvcc=$CUDA_HOME/bin/nvcc
+[ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+[ -x "$nvcc" ] || { echo "build-cuda.sh: nvcc not found (install the CUDA toolkit or set CUDA_HOME)" >&2; exit 2; }
+cuda_home=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+torch_version=$("$python" -c 'import importlib.metadata as m; print(m.version("torch"))')
+echo "build-cuda.sh: torch $torch_version at $prefix; CUDA $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') at $cuda_home"
+
+# dtl-train compiles no CUDA code of its own: naming an architecture skips libtorch's GPU probe,
+# which needs a GPU and a CUDA dialect CMake may not know for a newer nvcc.
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+extra=()
+if [ "${CHECK_ONLY:-0}" = 1 ]; then
+  extra+=(-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined)
+fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDTL_BUILD_TESTS=OFF -DDTL_BUILD_TRAINER=ON -DDTL_WITH_NCCL=ON \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCUDAToolkit_ROOT="$cuda_home" -DCMAKE_CUDA_COMPILER="$nvcc" \
+  "${extra[@]}" "$@"
+cmake --build "$build" -j"$(nproc)" --target dtl-train dtlaunch
+echo "build-cuda.sh: built $build/apps/dtl-train/dtl-train (NCCL) and $build/apps/dtlaunch/dtlaunch"
