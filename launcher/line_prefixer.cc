@@ -8,9 +8,11 @@ LinePrefixer::LinePrefixer(std::string prefix, size_t max_line)
     : prefix_(std::move(prefix)), max_line_(max_line) {}
 
 void LinePrefixer::feed(std::string_view chunk, std::string& out) {
+  // A '\r' held back at the end of the last chunk ended a progress update unless '\n' follows.
+  if (!partial_.empty() && partial_.back() == '\r' && !chunk.empty() && chunk.front() != '\n') finish(out);
   while (!chunk.empty()) {
-    const void* nl = std::memchr(chunk.data(), '\n', chunk.size());
-    if (!nl) {
+    size_t end = chunk.find_first_of("\r\n");
+    if (end == std::string_view::npos) {
       size_t room = max_line_ - partial_.size();
       if (chunk.size() < room) {
         partial_.append(chunk);
@@ -21,7 +23,18 @@ void LinePrefixer::feed(std::string_view chunk, std::string& out) {
       finish(out);
       continue;
     }
-    size_t len = static_cast<const char*>(nl) - chunk.data() + 1;
+    size_t len = end + 1;
+    if (chunk[end] == '\r') {
+      if (end + 1 == chunk.size()) {  // "\r\n" may be split across reads: wait for the next one
+        partial_.append(chunk);
+        return;
+      }
+      if (chunk[end + 1] == '\n') len = end + 2;
+      if (len == 1 && partial_.empty()) {  // nothing to show before this '\r'
+        chunk.remove_prefix(1);
+        continue;
+      }
+    }
     out.append(prefix_);
     if (!partial_.empty()) {
       out.append(partial_);
@@ -34,7 +47,8 @@ void LinePrefixer::feed(std::string_view chunk, std::string& out) {
 
 void LinePrefixer::finish(std::string& out) {
   if (partial_.empty()) return;
-  out.append(prefix_).append(partial_).push_back('\n');
+  out.append(prefix_).append(partial_);
+  if (partial_.back() != '\r') out.push_back('\n');
   partial_.clear();
 }
 

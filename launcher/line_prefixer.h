@@ -1,5 +1,6 @@
 // Worker output to the console: whole lines only, each with the worker's prefix ("[default0]:"),
-// so lines from different workers never tear or interleave.
+// so lines from different workers never tear or interleave. A '\r' ends a piece too, so progress
+// bars (tqdm redraws its line after '\r') show as they advance instead of at the next newline.
 #pragma once
 
 #include <string>

@@ -1,6 +1,7 @@
 #include "launcher/log_layout.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <system_error>
@@ -16,10 +17,12 @@ std::filesystem::path make_temp_dir(const std::filesystem::path& pattern) {
 
 }  // namespace
 
-RunLogDir::RunLogDir(const std::string& base, const std::string& run_id) {
+RunLogDir::RunLogDir(const std::string& base, const std::string& run_id, bool error_files_only) {
   std::filesystem::path root = base;
   if (base.empty()) {
-    temp_root_ = make_temp_dir(std::filesystem::temp_directory_path() / "dtlaunch_XXXXXX");
+    std::filesystem::path tmp = std::filesystem::temp_directory_path();
+    if (error_files_only && !std::getenv("TMPDIR") && access("/dev/shm", W_OK | X_OK) == 0) tmp = "/dev/shm";
+    temp_root_ = make_temp_dir(tmp / "dtlaunch_XXXXXX");
     root = temp_root_;
   } else {
     std::error_code ec;

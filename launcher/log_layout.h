@@ -10,13 +10,18 @@ namespace dtl::launcher {
 class RunLogDir {
  public:
   /// Creates `<base>/<run_id>_XXXXXX`; with an empty `base`, under a new temporary directory that
-  /// is removed again by `finish` unless a log file was asked for. Throws std::system_error.
-  RunLogDir(const std::string& base, const std::string& run_id);
+  /// is removed again by `finish` unless a log file was asked for. A temporary directory that will
+  /// only hold error files goes to /dev/shm when TMPDIR is unset: removing it from a busy disk can
+  /// take milliseconds per directory, on the way from a failure to dtlaunch's exit. Throws
+  /// std::system_error.
+  RunLogDir(const std::string& base, const std::string& run_id, bool error_files_only);
 
   /// Creates and returns `attempt_<restart>/<local_rank>/`.
   std::filesystem::path rank_dir(int restart, int local_rank) const;
 
   const std::filesystem::path& path() const { return run_dir_; }
+  /// The temporary directory above the run's (empty when `--log_dir` was given).
+  const std::filesystem::path& root() const { return temp_root_; }
   bool temporary() const { return !temp_root_.empty(); }
 
   /// Removes a temporary directory when nothing in it is for the user to read.

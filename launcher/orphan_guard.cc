@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <filesystem>
 #include <set>
 #include <system_error>
 
@@ -18,10 +19,11 @@ namespace {
 [[noreturn]] void guard_main(int fd) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2}) signal(sig, SIG_IGN);
   // Hold nothing of dtlaunch's: pipes held open here would delay EOF for the workers' readers.
-  for (int other = 0; other < 1024; ++other) {
-    if (other != fd && other != 2) close(other);
-  }
+  close_range(0, 1, 0);
+  if (fd > 3) close_range(3, static_cast<unsigned>(fd) - 1, 0);
+  close_range(static_cast<unsigned>(fd) + 1, ~0u, 0);
   std::set<pid_t> groups;
+  std::string dir;
   char buf[4096];
   std::string pending;
   while (true) {
@@ -34,10 +36,15 @@ namespace {
       pid_t pgid = static_cast<pid_t>(std::atol(pending.c_str() + 1));
       if (pending[0] == '+') groups.insert(pgid);
       if (pending[0] == '-') groups.erase(pgid);
+      if (pending[0] == 'd') dir = pending.substr(1, nl - 1);
       pending.erase(0, nl + 1);
     }
   }
   for (pid_t pgid : groups) kill(-pgid, SIGKILL);
+  if (!dir.empty()) {  // after a normal exit dtlaunch removed it already, or said to keep it
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
   _exit(0);
 }
 
@@ -66,6 +73,12 @@ void OrphanGuard::send(char op, pid_t pgid) {
   char line[32];
   int n = std::snprintf(line, sizeof line, "%c%d\n", op, static_cast<int>(pgid));
   while (write(fd_, line, static_cast<size_t>(n)) < 0 && errno == EINTR) {
+  }
+}
+
+void OrphanGuard::remove_on_death(const std::string& dir) {
+  std::string line = "d" + dir + "\n";
+  while (write(fd_, line.data(), line.size()) < 0 && errno == EINTR) {
   }
 }
 

@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include <string>
+
 namespace dtl::launcher {
 
 class OrphanGuard {
@@ -20,6 +22,8 @@ class OrphanGuard {
   void watch(pid_t pgid);
   /// That group is gone: do not kill it (its number may be reused).
   void forget(pid_t pgid);
+  /// A directory to remove should dtlaunch die (empty: none).
+  void remove_on_death(const std::string& dir);
 
   pid_t pid() const { return pid_; }
 

@@ -35,6 +35,15 @@ std::vector<std::string> substitute_local_rank(const std::vector<std::string>& a
   return out;
 }
 
+bool LaunchPlan::writes_log_files() const {
+  auto any = [](const config::StreamsSpec& s) {
+    bool set = s.all != config::Streams::none;
+    for (const auto& [rank, streams] : s.per_rank) set |= streams != config::Streams::none;
+    return set;
+  };
+  return any(redirects) || any(tee) || console_filter.has_value();
+}
+
 bool is_multi_node(const config::LaunchOptions& o) {
   return !o.standalone && (o.max_nodes > 1 || (o.rdzv_backend == "c10d" && !o.rdzv_endpoint.empty()));
 }

@@ -39,6 +39,9 @@ struct LaunchPlan {
   double shutdown_timeout_s = 30;
   std::vector<int> signals;
   std::vector<std::string> notices;  ///< one-line notes for the user before the start
+
+  /// Whether any worker stream goes to a per-rank file (redirects, tee, or hidden by the filter).
+  bool writes_log_files() const;
 };
 
 struct PlanError {

@@ -105,7 +105,9 @@ int main(int argc, char** argv) {
     }
 
     launcher::OrphanGuard guard;
-    launcher::RunLogDir logs(plan.log_dir, plan.group.run_id);
+    launcher::RunLogDir logs(plan.log_dir, plan.group.run_id, !plan.writes_log_files());
+    // Should dtlaunch be SIGKILLed, the guard removes what only this run could have used.
+    if (logs.temporary() && !plan.writes_log_files()) guard.remove_on_death(logs.root());
     boost::asio::io_context io;
     int code = 0;
     bool wrote_files = false;
@@ -120,6 +122,7 @@ int main(int argc, char** argv) {
     }
     const bool keep = !plan.log_dir.empty() || wrote_files;
     if (keep && logs.temporary()) spdlog::info("per-rank logs are in {}", logs.path().string());
+    if (keep) guard.remove_on_death("");
     logs.finish(keep);
     return code;
   } catch (const std::exception& e) {

@@ -66,11 +66,20 @@ class Signals(LaunchTest):
         self.assertExitCode(run.finish(), 128 + signal.SIGTERM)
 
     def test_sigkill_of_dtlaunch_leaves_no_worker_or_grandchild_running(self):
-        run = self.start_paused(*self.worker("grandchild", self.tmp), nproc=3)
+        tmpdir = os.path.join(self.tmp, "tmp")
+        os.mkdir(tmpdir)
+        run = self.start("--nproc_per_node=3", "--master_port=0", *self.worker("grandchild", self.tmp),
+                         env=self.env(TMPDIR=tmpdir))
+        run.wait_for(r"^\[default\d\]:ready rank \d$", count=3)
+        self.assertEqual(len(os.listdir(tmpdir)), 1)  # the run's directory for error files
         run.proc.kill()
         run.proc.wait(timeout=10)
-        # workers die through PR_SET_PDEATHSIG, their children through the orphan guard
+        # workers die through PR_SET_PDEATHSIG, their children through the orphan guard, which (a
+        # fork of dtlaunch, so it carries the tag too) is waited for here as well
         self.assert_no_leftovers()
+        # and removed the run's directory before it went
+        self.assertEqual(os.listdir(tmpdir), [])
+        run.finish()
 
     def test_signals_to_handle_limits_what_is_forwarded(self):
         run = self.start_paused("--signals_to_handle=SIGUSR1", *self.worker("pause"), nproc=2)
