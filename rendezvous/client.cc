@@ -1,5 +1,6 @@
 #include "rendezvous/client.h"
 
+#include <algorithm>
 #include <deque>
 
 #include <boost/asio/connect.hpp>
@@ -108,7 +109,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       Join join = opts.join;
       join.proof = proof(opts.token, "client", opts.run_id, c->nonce, nonce);
       joined = true;
-      return send(join);
+      send(join);
+      return heartbeat();  // heartbeats start now
     }
     if (auto* r = std::get_if<Refused>(&m)) return fail(r->reason, true);
     if (auto* r = std::get_if<Round>(&m)) return cb.on_round(*r);
@@ -145,7 +147,13 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   }
 
   void heartbeat() {
-    heartbeat_timer.expires_after(opts.heartbeat_interval);
+    // Wake when the next heartbeat is due, or just past the silence limit if that comes first: a
+    // fixed tick would notice a lost server up to one interval late. No heartbeat before the Join:
+    // a server still answering the Hello expects the Join next, and drops a peer that sends else.
+    const auto limit = opts.heartbeat_interval * opts.heartbeat_misses;
+    Clock::time_point wake = last_heard + limit + std::chrono::milliseconds(1);
+    if (joined) wake = std::min(wake, last_sent + opts.heartbeat_interval);
+    heartbeat_timer.expires_at(wake);
     heartbeat_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec || self->over) return;
       auto now = Clock::now();
@@ -156,7 +164,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
                               " ms",
                           false);
       }
-      if (now - self->last_sent >= self->opts.heartbeat_interval) self->send(Heartbeat{});
+      if (self->joined && now - self->last_sent >= self->opts.heartbeat_interval) self->send(Heartbeat{});
       self->heartbeat();
     });
   }

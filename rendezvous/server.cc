@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <map>
+#include <optional>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -37,7 +38,13 @@ struct Conn {
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(asio::io_context& io, ServerOptions o)
-      : io(io), opts(std::move(o)), acceptor(io), round(opts.round, Clock::now()), round_timer(io), sweep_timer(io) {}
+      : io(io),
+        opts(std::move(o)),
+        acceptor(io),
+        round(opts.round, Clock::now()),
+        round_timer(io),
+        sweep_timer(io),
+        silence_timer(io) {}
 
   asio::io_context& io;
   ServerOptions opts;
@@ -45,6 +52,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   RoundState round;
   asio::steady_timer round_timer;
   asio::steady_timer sweep_timer;
+  asio::steady_timer silence_timer;  ///< just past the earliest silence limit, when it falls between sweeps
   std::map<NodeId, std::shared_ptr<Conn>> conns;
   NodeId next_id = 1;
   bool finished = false;
@@ -85,6 +93,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     acceptor.close(ignored);
     round_timer.cancel();
     sweep_timer.cancel();
+    silence_timer.cancel();
     for (auto& [id, c] : conns) c->sock.close(ignored);
     conns.clear();
   }
@@ -279,6 +288,36 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       }
       for (auto& [c, why] : doomed) self->drop(c, why);
       self->sweep();
+      self->watch_silence(now);
+    });
+  }
+
+  /// The sweep notices a silent node up to one interval late: when a joined node's silence limit
+  /// falls before the next sweep, look again just past it (rarely: only once a node has been silent
+  /// for all but one interval of the limit).
+  void watch_silence(Clock::time_point now) {
+    const auto silent_limit = opts.heartbeat_interval * opts.heartbeat_misses;
+    std::optional<Clock::time_point> earliest;
+    for (auto& [id, c] : conns) {
+      if (c->state == Conn::State::joined && (!earliest || c->last_heard < *earliest)) earliest = c->last_heard;
+    }
+    if (!earliest) return;
+    const auto at = *earliest + silent_limit + std::chrono::milliseconds(1);
+    if (at >= now + opts.heartbeat_interval) return;
+    silence_timer.expires_at(at);
+    silence_timer.async_wait([self = shared_from_this(), silent_limit](const boost::system::error_code& ec) {
+      if (ec || self->stopped) return;
+      const auto now = Clock::now();
+      std::vector<std::pair<std::shared_ptr<Conn>, std::string>> doomed;
+      for (auto& [id, c] : self->conns) {
+        if (c->state == Conn::State::joined && now - c->last_heard > silent_limit) {
+          doomed.emplace_back(c, "silent for " + std::to_string(
+                                     std::chrono::duration_cast<std::chrono::milliseconds>(now - c->last_heard).count()) +
+                                     " ms (no heartbeat)");
+        }
+      }
+      for (auto& [c, why] : doomed) self->drop(c, why);
+      self->watch_silence(now);
     });
   }
 };

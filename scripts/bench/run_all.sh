@@ -20,4 +20,8 @@ fi
 export DTLAUNCH
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
-exec "$py" "$here/bench.py" "$@"
+status=0
+"$py" "$here/bench.py" "$@" || status=$?
+# Rendezvous time vs nodes with torchrun's c10d, node loss, server memory (issue 3); not with --only.
+case " $* " in *" --only"*) ;; *) "$py" "$here/rendezvous.py" || status=$? ;; esac
+exit $status
