@@ -41,7 +41,7 @@ struct RdzvConf {
   double last_call_timeout_s = 30;
   double close_timeout_s = 30;
   double keep_alive_interval_s = 0.5;
-  int keep_alive_max_attempt = 4;
+  int keep_alive_max_attempt = 3;
   std::optional<bool> is_host;  ///< unset: host when the endpoint is one of this machine's addresses
 };
 

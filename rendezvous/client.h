@@ -22,7 +22,7 @@ struct ClientOptions {
   std::chrono::milliseconds connect_timeout{600000};  ///< keep retrying a refused connection until then
   std::chrono::milliseconds retry_interval{100};
   std::chrono::milliseconds heartbeat_interval{500};
-  int heartbeat_misses = 4;
+  int heartbeat_misses = 3;
 };
 
 class Client {

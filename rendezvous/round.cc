@@ -48,7 +48,7 @@ std::vector<std::pair<NodeId, Round>> assign_ranks(const std::map<NodeId, Member
 }
 
 std::optional<std::string> check_join(const RoundConfig& config, const std::map<NodeId, Member>& members,
-                                      const Join& join) {
+                                      const std::map<int32_t, NodeId>& ranks, const Join& join) {
   const std::string job_nodes = nodes_text(config.min_nodes, config.max_nodes);
   if (join.min_nodes != config.min_nodes || join.max_nodes != config.max_nodes) {
     return "--nnodes=" + nodes_text(join.min_nodes, join.max_nodes) + " does not match the job's --nnodes=" + job_nodes;
@@ -63,11 +63,10 @@ std::optional<std::string> check_join(const RoundConfig& config, const std::map<
       return "--node_rank=" + std::to_string(join.node_rank) + " is out of range for --nnodes=" + job_nodes + " (0.." +
              std::to_string(config.max_nodes - 1) + ")";
     }
-    for (const auto& [id, m] : members) {
-      if (m.join.node_rank == join.node_rank) {
-        return "--node_rank=" + std::to_string(join.node_rank) + " is already taken by " + m.join.host + " (" +
-               m.address() + ")";
-      }
+    if (auto taken = ranks.find(join.node_rank); taken != ranks.end()) {
+      const Member& m = members.at(taken->second);
+      return "--node_rank=" + std::to_string(join.node_rank) + " is already taken by " + m.join.host + " (" +
+             m.address() + ")";
     }
   } else if (join.node_rank >= 0) {
     return "this node uses the static rendezvous (--node_rank), the job the c10d one (--rdzv_backend=c10d)";
@@ -98,13 +97,14 @@ RoundState::Actions RoundState::on_join(NodeId id, Member member, Clock::time_po
   Actions a;
   std::optional<std::string> why;
   if (phase_ == Phase::finished) why = "the job is over";
-  if (!why) why = check_join(config_, members_, member.join);
+  if (!why) why = check_join(config_, members_, node_ranks_, member.join);
   if (why) {
     a.log.push_back("refused " + member.join.host + " (" + member.address() + "): " + *why);
     a.send.emplace_back(id, Refused{*why});
     a.drop.push_back(id);
     return a;
   }
+  if (config_.static_backend) node_ranks_[member.join.node_rank] = id;
   members_[id] = std::move(member);
   a.log.push_back(describe(id) + " joined (" + std::to_string(members_.size()) + " of " +
                   nodes_text(config_.min_nodes, config_.max_nodes) + " nodes)");
@@ -227,7 +227,10 @@ RoundState::Actions RoundState::on_lost(NodeId id, const std::string& why, Clock
   Actions a;
   auto it = members_.find(id);
   if (it == members_.end() || phase_ == Phase::finished) {
-    if (it != members_.end()) members_.erase(it);
+    if (it != members_.end()) {
+      node_ranks_.erase(it->second.join.node_rank);
+      members_.erase(it);
+    }
     return a;
   }
   const std::string who = describe(id);
@@ -237,6 +240,7 @@ RoundState::Actions RoundState::on_lost(NodeId id, const std::string& why, Clock
   auto round = assigned_.find(id);
   settled_.erase(id);
   done_.erase(id);
+  node_ranks_.erase(it->second.join.node_rank);
   members_.erase(it);
   if (phase_ == Phase::gathering) {
     maybe_complete(now, a);

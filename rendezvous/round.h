@@ -40,9 +40,9 @@ struct Member {
 std::vector<std::pair<NodeId, Round>> assign_ranks(const std::map<NodeId, Member>& nodes, bool static_backend,
                                                    uint32_t round, int32_t restart_count);
 
-/// Why a joining node is refused, if it is.
+/// Why a joining node is refused, if it is. `ranks` holds the static node ranks already taken.
 std::optional<std::string> check_join(const RoundConfig& config, const std::map<NodeId, Member>& members,
-                                      const Join& join);
+                                      const std::map<int32_t, NodeId>& ranks, const Join& join);
 
 class RoundState {
  public:
@@ -87,6 +87,7 @@ class RoundState {
   Phase phase_ = Phase::gathering;
   std::map<NodeId, Member> members_;  ///< joined and connected, in the round or waiting for the next
   std::map<NodeId, Round> assigned_;  ///< this round's ranks, for naming a lost node
+  std::map<int32_t, NodeId> node_ranks_;  ///< static backend: who holds each --node_rank (O(log n) joins)
   std::set<NodeId> in_round_;         ///< the nodes of the running (or stopping) round
   std::set<NodeId> settled_;          ///< in the round, and stopped or done
   std::set<NodeId> done_;

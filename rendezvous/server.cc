@@ -187,7 +187,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       spdlog::info("rendezvous: dropped {} before it joined: {}", c->peer, why);
     }
     c->state = Conn::State::closing;
-    c->out.clear();
+    // A write in flight still reads the front buffer: its handler, which closing the socket makes
+    // run with an error, clears the queue.
+    if (!c->writing) c->out.clear();
     close(c);
     if (joined) apply(round.on_lost(c->id, why, Clock::now()));
   }

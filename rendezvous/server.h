@@ -22,7 +22,7 @@ struct ServerOptions {
   std::string token;  ///< empty: unauthenticated (said once in the log)
   RoundConfig round;
   std::chrono::milliseconds heartbeat_interval{500};
-  int heartbeat_misses = 4;  ///< silent this many intervals: the node is lost
+  int heartbeat_misses = 3;  ///< silent this many intervals: the node is lost
   std::chrono::milliseconds handshake_timeout{10000};
   int max_frames_per_interval = 1000;
 };
