@@ -11,6 +11,11 @@ same happens to the values inside a per-rank map such as "0:3,1:0".
 
 This wrapper replaces Std.from_str with a version that builds members with
 Std(int(v)), then runs torch.distributed.run.main() unchanged.
+
+Opt-in, for benchmarks on a shared machine: with TORCHRUN_COMPAT_FREE_PORT=1,
+--standalone hosts its c10d store on a free port instead of the fixed 29400
+(torch 1.13 hard-codes localhost:29400; when another torchrun already listens
+there, this one silently joins that process's store as a client).
 """
 import re
 import sys
@@ -38,8 +43,31 @@ def _from_str(cls, vm):
 
 Std.from_str = classmethod(_from_str)
 
+
+def _free_port_standalone():
+    import os
+    import socket
+
+    import torch.distributed.run as run_mod
+
+    if os.environ.get("TORCHRUN_COMPAT_FREE_PORT") != "1":
+        return
+    original = run_mod.config_from_args
+
+    def config_from_args(args):
+        if args.standalone:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            args.rdzv_endpoint = f"localhost:{port}"
+        return original(args)
+
+    run_mod.config_from_args = config_from_args
+
+
 if __name__ == "__main__":
     from torch.distributed.run import main
 
+    _free_port_standalone()
     sys.argv[0] = "torchrun"
     sys.exit(main())
