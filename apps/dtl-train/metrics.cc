@@ -52,7 +52,7 @@ std::string log_line(const StepRecord& r) {
 
 std::string metrics_json(const StepRecord& r) {
   return "{\"step\": " + std::to_string(r.step) + ", \"loss\": " + num(r.loss) + ", \"lr\": " + num(r.lr) +
-         ", \"grad_norm\": " + num(r.grad_norm) + ", \"step_time_s\": " + num(r.step_time_s) +
+         ", \"grad_norm\": " + num(r.grad_norm) + ", \"step_time_s\": " + num(r.step_time_s) + ", \"cpu_time_s\": " + num(r.cpu_time_s) +
          ", \"tokens_per_s\": " + num(r.tokens_per_s) + ", \"comm_wait_share\": " + num(r.comm_wait_share) +
          ", \"comm_hidden_share\": " + num(r.comm_hidden_share) + ", \"mfu\": " + num(r.mfu) + ", \"tokens\": " + std::to_string(r.tokens) +
          ", \"world_size\": " + std::to_string(r.world_size) + "}";

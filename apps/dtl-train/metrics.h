@@ -30,6 +30,7 @@ struct StepRecord {
   double lr = 0;
   double grad_norm = 0;
   double step_time_s = 0;  ///< mean over the steps since the last record
+  double cpu_time_s = 0;   ///< this process's CPU time per step (all threads): steadier than wall time on a busy machine
   double tokens_per_s = 0;
   double comm_wait_share = 0;    ///< share of step time spent waiting for gradients after backward
   double comm_hidden_share = 1;  ///< share of allreduce time that overlapped backward

@@ -1,5 +1,6 @@
 #include "train.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -27,6 +28,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 /// The model shape as stored in checkpoints: resuming another shape is an error, not garbage.
 std::string shape_text(const ModelShape& s) {
@@ -243,6 +250,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   const int T = o.model.context;
   at::Tensor tokens = torch::empty({o.batch_size, T + 1}, torch::kLong);
   auto interval_start = Clock::now();
+  double interval_cpu_start = process_cpu_seconds();
   double interval_wait = 0, interval_busy = 0, interval_exposed = 0;
   long long interval_steps = 0;
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
@@ -295,6 +303,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       r.lr = lr;
       r.grad_norm = grad_norm.item<double>();
       r.step_time_s = elapsed / interval_steps;
+      r.cpu_time_s = (process_cpu_seconds() - interval_cpu_start) / interval_steps;
       r.tokens_per_s = tokens_per_step * interval_steps / elapsed;
       r.comm_wait_share = interval_wait / elapsed;
       r.comm_hidden_share = !reducer.measures_overlap() ? std::nan("")
@@ -312,12 +321,15 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       interval_steps = 0;
       interval_wait = interval_busy = interval_exposed = 0;
       interval_start = Clock::now();
+      interval_cpu_start = process_cpu_seconds();
     }
     if (!checkpoint.empty() && leader && (step % o.checkpoint_every == 0 || step == o.steps)) {
       doing = "saving " + checkpoint + " at step " + std::to_string(step);
       const auto saving = Clock::now();
+      const double saving_cpu = process_cpu_seconds();
       save_checkpoint(checkpoint, model, optimizer, progress);
       interval_start += Clock::now() - saving;  // not part of the steps' time
+      interval_cpu_start += process_cpu_seconds() - saving_cpu;
     }
   }
 

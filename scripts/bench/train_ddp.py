@@ -104,9 +104,9 @@ def main():
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     gen = torch.Generator().manual_seed(1000 + rank)
     warmup = min(100, a.steps // 10)
-    times = []
+    times, cpu = [], []
     for step in range(a.steps):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for g in opt.param_groups:
             g["lr"] = lr_at(step, a.lr, a.lr / 10, warmup, a.steps)
         tokens = torch.randint(0, a.vocab, (a.batch_size, a.context + 1), generator=gen)
@@ -116,11 +116,13 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     if rank == 0:
         timed = times[a.skip:]
         tokens_per_step = a.batch_size * world * a.context
         print(json.dumps({"tokens_per_s": tokens_per_step * len(timed) / sum(timed),
-                          "step_time_s": sum(timed) / len(timed), "loss": loss.item(), "world_size": world,
+                          "step_time_s": sum(timed) / len(timed), "cpu_time_s": sum(cpu[a.skip:]) / len(timed),
+                          "loss": loss.item(), "world_size": world,
                           "torch": torch.__version__}), flush=True)
     dist.destroy_process_group()
 

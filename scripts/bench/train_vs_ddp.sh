@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # dtl-train vs PyTorch's Python DDP, side by side in one run: the same model shape, batch,
 # optimizer and schedule (scripts/bench/train_ddp.py mirrors dtl-train), Gloo, 2 ranks on CPU,
-# dtl-train under dtlaunch and the Python script under torchrun. Prints tokens/s of both, the
-# ratio, and the share of dtl-train's allreduce time that was hidden behind backward.
+# dtl-train under dtlaunch and the Python script under torchrun. Prints tokens/s of both (best
+# round: the machine may be busy), the ratio, tokens per CPU-second of a rank (steadier on a busy
+# machine), and the share of dtl-train's allreduce time that was hidden behind backward.
 #
-#   scripts/bench/train_vs_ddp.sh [small|default|both]     (default: both)
+#   scripts/bench/train_vs_ddp.sh [tiny|small|default|all]     (default: all)
+#
+# tiny:    2 layers, width 64, context 32, batch 4: framework overhead dominates
+# small:   2 layers, width 128, context 64, batch 8
+# default: dtl-train's default preset (10.8M parameters), batch 8 x 128: matrix products dominate
 #
 # BUILD_DIR   build folder with dtlaunch and dtl-train (default: build/)
 # ROUNDS      runs of each side, alternating; the best of each is compared (default 2)
@@ -23,14 +28,17 @@ python=${TORCHRUN_PYTHON:-/usr/bin/python3}
 rounds=${ROUNDS:-2}
 steps=${STEPS:-20}
 bucket_mb=${BUCKET_MB:-4}
-which=${1:-both}
+which=${1:-all}
 for f in "$dtlaunch" "$trainer"; do
   [ -x "$f" ] || { echo "train_vs_ddp.sh: $f not found; build with scripts/build.sh (or set BUILD_DIR)" >&2; exit 2; }
 done
 if [ -n "${BLAS_DIR:-}" ]; then export LD_LIBRARY_PATH=$BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
 # torchrun of Debian's torch 1.13 breaks on Python 3.11 (Std.from_str); the compat wrapper fixes it.
+# Its --standalone also always takes port 29400 and joins whatever store listens there: the wrapper
+# picks a free port instead when asked.
 torchrun=("$python" -m torch.distributed.run)
 [ -f "$here/torchrun_compat.py" ] && torchrun=("$python" "$here/torchrun_compat.py")
+export TORCHRUN_COMPAT_FREE_PORT=1
 tmp=$(mktemp -d /tmp/train-vs-ddp.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -57,30 +65,43 @@ run_pair() {  # name, then the shape flags shared by both programs
     done
   done
   "$python" - "$tmp" "$name" "$rounds" <<'PY'
-import glob, json, sys
+import json, sys
 tmp, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 dtl, ddp = [], []
 for r in range(1, rounds + 1):
     rows = [json.loads(l) for l in open(f"{tmp}/{name}.dtl.{r}.jsonl")][1:]  # the first interval warms up
-    tokens = sum(x["tokens_per_s"] * x["step_time_s"] for x in rows)  # tokens per interval step, summed
     time = sum(x["step_time_s"] for x in rows)
-    busy_hidden = [x["comm_hidden_share"] for x in rows if x["comm_hidden_share"] is not None]
-    dtl.append((tokens / time, sum(busy_hidden) / len(busy_hidden), sum(x["comm_wait_share"] for x in rows) / len(rows)))
+    tokens = sum(x["tokens_per_s"] * x["step_time_s"] for x in rows)  # global tokens, one step per interval
+    per_rank_step = tokens / len(rows) / rows[0]["world_size"]
+    cpu = sum(x["cpu_time_s"] for x in rows) / len(rows)
+    hidden = sum(x["comm_hidden_share"] * x["step_time_s"] for x in rows) / time
+    wait = sum(x["comm_wait_share"] * x["step_time_s"] for x in rows) / time
+    dtl.append({"tps": tokens / time, "cpu": per_rank_step / cpu, "hidden": hidden, "wait": wait})
     line = [l for l in open(f"{tmp}/{name}.ddp.{r}.log") if '{"tokens_per_s"' in l][-1]
-    ddp.append(json.loads(line[line.index("{"):])["tokens_per_s"])
-best = max(dtl)
-print(f"dtl-train   tokens/s {best[0]:9.0f}   (rounds: {', '.join(f'{d[0]:.0f}' for d in dtl)})")
-print(f"Python DDP  tokens/s {max(ddp):9.0f}   (rounds: {', '.join(f'{d:.0f}' for d in ddp)})")
-ratio = best[0] / max(ddp)
-print(f"ratio dtl-train / DDP: {ratio:.2f}x  [{'PASS' if ratio >= 1.2 else 'MISS'} goal >= 1.2x]")
-print(f"dtl-train allreduce hidden behind backward: {best[1] * 100:.1f}%  [{'PASS' if best[1] >= 0.8 else 'MISS'} goal >= 80%];"
-      f" step time waiting for gradients: {best[2] * 100:.1f}%")
+    d = json.loads(line[line.index("{"):])
+    ddp.append({"tps": d["tokens_per_s"], "cpu": d["tokens_per_s"] * d["step_time_s"] / d["world_size"] / d["cpu_time_s"]})
+def row(label, runs):
+    best = max(runs, key=lambda x: x["tps"])
+    each = ", ".join(f"{x['tps']:.0f}" for x in runs)
+    print(f"{label:11} tokens/s {best['tps']:8.0f} (rounds: {each});"
+          f"  tokens per CPU-second of a rank {max(x['cpu'] for x in runs):7.0f}")
+    return best
+a, b = row("dtl-train", dtl), row("Python DDP", ddp)
+ratio = a["tps"] / b["tps"]
+cpu_ratio = max(x["cpu"] for x in dtl) / max(x["cpu"] for x in ddp)
+print(f"ratio dtl-train / DDP: {ratio:.2f}x tokens/s [{'PASS' if ratio >= 1.2 else 'MISS'} goal >= 1.2x], "
+      f"{cpu_ratio:.2f}x tokens per CPU-second")
+print(f"dtl-train allreduce hidden behind backward: {a['hidden'] * 100:.1f}% "
+      f"[{'PASS' if a['hidden'] >= 0.8 else 'MISS'} goal >= 80%]; step time waiting for gradients: {a['wait'] * 100:.1f}%")
 PY
 }
 
-if [ "$which" = small ] || [ "$which" = both ]; then
+if [ "$which" = tiny ] || [ "$which" = all ]; then
+  run_pair tiny --layers 2 --width 64 --heads 4 --context 32 --vocab 256 --batch_size 4
+fi
+if [ "$which" = small ] || [ "$which" = all ]; then
   run_pair small --layers 2 --width 128 --heads 4 --context 64 --vocab 256 --batch_size 8
 fi
-if [ "$which" = default ] || [ "$which" = both ]; then
+if [ "$which" = default ] || [ "$which" = all ]; then
   run_pair default --layers 6 --width 384 --heads 6 --context 128 --vocab 256 --batch_size 8
 fi
