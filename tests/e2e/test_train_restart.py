@@ -70,8 +70,8 @@ class Restart(TrainTest):
 
     def test_a_peer_that_stops_responding_makes_the_others_fail_within_the_timeout(self):
         port = free_port()
-        waiting = self.start_alone(0, port, "--timeout", 3)
-        stuck = self.start_alone(1, port, "--timeout", 3, "--fail_at_step", 5, "--fail_rank", 1, "--fail_how", "hang")
+        waiting = self.start_alone(0, port, "--timeout", 6)
+        stuck = self.start_alone(1, port, "--timeout", 6, "--fail_at_step", 5, "--fail_rank", 1, "--fail_how", "hang")
         try:
             start = time.monotonic()
             _, err = waiting.communicate(timeout=60)
