@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Sets everything up, builds, and runs the main job: 4 workers on 4 fake GPUs, each joining a real
-# PyTorch gloo process group from dtlaunch's environment and showing where it sits.
+# Sets everything up, builds, and runs the main job on fake GPUs (no GPU needed): first 4 PyTorch
+# workers joining one gloo process group from dtlaunch's environment and showing where each sits,
+# then dtl-train, the libtorch reference worker, training a small transformer data-parallel on 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
+dtlaunch=build/apps/dtlaunch/dtlaunch
 echo
 echo "$ dtlaunch --standalone --fake_gpus 4 --nproc_per_node gpu scripts/demo_worker.py"
-PYTHON_EXEC=/usr/bin/python3 build/apps/dtlaunch/dtlaunch --standalone --fake_gpus 4 --nproc_per_node gpu \
-  scripts/demo_worker.py
+PYTHON_EXEC=/usr/bin/python3 "$dtlaunch" --standalone --fake_gpus 4 --nproc_per_node gpu scripts/demo_worker.py
+echo
+echo "$ dtlaunch --standalone --fake_gpus 2 --nproc_per_node gpu --no_python dtl-train --preset tiny --steps 40"
+"$dtlaunch" --standalone --fake_gpus 2 --nproc_per_node gpu --no_python build/apps/dtl-train/dtl-train \
+  --preset tiny --steps 40 --log_every 10
