@@ -42,6 +42,31 @@ def parse_env(stdout):
     return ranks
 
 
+def have_torch():
+    """Debian's python3-torch, which the PyTorch tests run under (scripts/setup.sh installs it)."""
+    return subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed"], capture_output=True).returncode == 0
+
+
+# A real PyTorch worker: a gloo process group from dtlaunch's environment, and an allreduce of rank+1
+# (3 workers: sum=6).
+ALLREDUCE_SCRIPT = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print(f"rank={dist.get_rank()} world={dist.get_world_size()} sum={t.item():.0f} "
+      f"elastic={dist.is_torchelastic_launched()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def write_allreduce_script(directory):
+    path = os.path.join(directory, "allreduce.py")
+    with open(path, "w") as f:
+        f.write(ALLREDUCE_SCRIPT)
+    return path
+
+
 class Running:
     """A dtlaunch started in the background, whose output is read as it arrives."""
 

@@ -3,21 +3,16 @@ lost nodes, authentication, and peers that send garbage."""
 import os
 import signal
 import socket
-import subprocess
 import time
 import unittest
 
-from common import LaunchTest, main
+from common import LaunchTest, have_torch, main, write_allreduce_script
 
 
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def have_torch():
-    return subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed"], capture_output=True).returncode == 0
 
 
 class MultiNode(LaunchTest):
@@ -190,14 +185,7 @@ class MultiNode(LaunchTest):
 
     @unittest.skipUnless(have_torch(), "Debian's python3-torch is not installed")
     def test_a_pytorch_gloo_allreduce_spans_both_agents(self):
-        script = os.path.join(self.tmp, "allreduce.py")
-        with open(script, "w") as f:
-            f.write("import torch, torch.distributed as dist\n"
-                    "dist.init_process_group('gloo')\n"
-                    "t = torch.tensor([float(dist.get_rank() + 1)])\n"
-                    "dist.all_reduce(t)\n"
-                    "print(f'rank={dist.get_rank()} world={dist.get_world_size()} sum={t.item():.0f}', flush=True)\n"
-                    "dist.destroy_process_group()\n")
+        script = write_allreduce_script(self.tmp)
         env = self.env(PYTHON_EXEC="/usr/bin/python3")
         nodes = [self.start("--nnodes=2", f"--node_rank={r}", f"--nproc_per_node={2 - r}", "--master_port",
                             self.port, script, env=env) for r in range(2)]

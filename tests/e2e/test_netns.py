@@ -15,7 +15,7 @@ import sys
 import time
 import unittest
 
-from common import DTLAUNCH, LaunchTest, Running, main
+from common import DTLAUNCH, LaunchTest, Running, have_torch, main, write_allreduce_script
 
 PREFIX = f"dtl{os.getpid()}"
 NODES = "abc"
@@ -79,10 +79,6 @@ def build_network():
         ip("-n", NS[n], "link", "set", "lo", "up")
         ip("-n", NS[n], "addr", "add", f"{ADDR[n]}/24", "dev", "eth0")
         ip("-n", NS[n], "link", "set", "eth0", "up")
-
-
-def have_torch():
-    return subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed"], capture_output=True).returncode == 0
 
 
 def note(text):
@@ -207,14 +203,7 @@ class NetNS(LaunchTest):
 
     @unittest.skipUnless(have_torch(), "Debian's python3-torch is not installed (scripts/setup.sh installs it)")
     def test_a_pytorch_gloo_allreduce_spans_the_three_namespaces(self):
-        script = os.path.join(self.tmp, "allreduce.py")
-        with open(script, "w") as f:
-            f.write("import torch, torch.distributed as dist\n"
-                    "dist.init_process_group('gloo')\n"
-                    "t = torch.tensor([float(dist.get_rank() + 1)])\n"
-                    "dist.all_reduce(t)\n"
-                    "print(f'rank={dist.get_rank()} world={dist.get_world_size()} sum={t.item():.0f}', flush=True)\n"
-                    "dist.destroy_process_group()\n")
+        script = write_allreduce_script(self.tmp)
         # Gloo finds its own address through the host name, which is the same in every namespace (and
         # resolves to 127.0.0.1 here): name the interface, as on any multi-homed cluster node.
         env = self.env(PYTHON_EXEC="/usr/bin/python3", GLOO_SOCKET_IFNAME="eth0")
