@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/failure.h"
+#include "launcher/posix_io.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/ports.h"
 
@@ -21,12 +22,6 @@ using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
 namespace {
-
-std::string hostname() {
-  char name[256] = "localhost";
-  gethostname(name, sizeof name - 1);
-  return name;
-}
 
 milliseconds ms(double seconds) { return milliseconds(static_cast<long long>(seconds * 1000)); }
 
@@ -91,7 +86,7 @@ std::variant<AgentOptions, std::string> make_agent_options(const config::LaunchO
   c.connect_timeout = ms(conf.join_timeout_s);
   c.heartbeat_interval = ms(conf.keep_alive_interval_s);
   c.heartbeat_misses = conf.keep_alive_max_attempt;
-  c.join.host = hostname();
+  c.join.host = host_name();
   c.join.addr = o.local_addr;
   c.join.nproc = plan.nproc;
   c.join.node_rank = is_static ? o.node_rank : -1;
@@ -127,7 +122,7 @@ struct ElasticAgent::Impl {
       : io(io),
         plan(plan),
         opts(std::move(opts)),
-        host(hostname()),
+        host(host_name()),
         signals(io),
         barrier_timer(io),
         group(io, plan, logs, guard,
@@ -299,7 +294,7 @@ struct ElasticAgent::Impl {
           std::vector<WorkerFailure> failures;
           for (const auto& r : exit_msg->failures) failures.push_back(from_report(r));
           std::string text = "\n" + format_summary(plan.title, failures, host) + "\n";
-          (void)!::write(2, text.data(), text.size());
+          write_all(2, text);
         }
         spdlog::error("the job failed: {}", exit_msg->reason);
       }

@@ -6,32 +6,11 @@
 #include <boost/asio/signal_set.hpp>
 #include <spdlog/spdlog.h>
 
+#include "launcher/posix_io.h"
 #include "launcher/worker_group.h"
 
 namespace dtl::launcher {
 namespace asio = boost::asio;
-namespace {
-
-std::string this_host() {
-  char name[256] = "localhost";
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
-void write_to_stderr(const std::string& text) {
-  const char* p = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    ssize_t n = ::write(2, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-}
-
-}  // namespace
-
 /// The single-node policy: restart the group while restarts are left, else report the root cause.
 struct Supervisor::Impl {
   Impl(asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard)
@@ -98,7 +77,7 @@ struct Supervisor::Impl {
       return;
     }
     if (!failures.empty()) {
-      write_to_stderr("\n" + format_summary(plan.title, failures, this_host()) + "\n");
+      write_all(2, "\n" + format_summary(plan.title, failures, host_name()) + "\n");
       exit_code = exit_code_for(root_cause(failures));
     }
     if (result.start_failed) exit_code = 1;

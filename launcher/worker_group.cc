@@ -1,7 +1,6 @@
 #include "launcher/worker_group.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 
 #include "launcher/failure.h"
 #include "launcher/line_prefixer.h"
+#include "launcher/posix_io.h"
 #include "launcher/spawn.h"
 #include "launcher/worker_env.h"
 
@@ -33,23 +33,6 @@ namespace {
 constexpr auto kDrainTimeout = std::chrono::seconds(5);
 
 bool has(config::Streams s, int which) { return (static_cast<int>(s) & which) != 0; }
-
-/// Writes all of `data`, waiting when `fd` is non-blocking. False once the reader is gone.
-bool write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n > 0) {
-      data += n;
-      size -= static_cast<size_t>(n);
-    } else if (n < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, -1);
-    } else if (n < 0 && errno != EINTR) {
-      return false;
-    }
-  }
-  return true;
-}
 
 /// Processes dtlaunch is the parent of now: its workers, and orphans it adopted as subreaper.
 std::vector<pid_t> child_processes() {
@@ -199,7 +182,7 @@ struct WorkerGroup::Impl {
   }
 
   void deliver(Stream& s, size_t n) {
-    if (s.file_fd >= 0) write_all(s.file_fd, s.buf.data(), n);
+    if (s.file_fd >= 0) write_all(s.file_fd, std::string_view(s.buf.data(), n));
     if (s.prefixer) {
       scratch.clear();
       s.prefixer->feed(std::string_view(s.buf.data(), n), scratch);
@@ -208,7 +191,7 @@ struct WorkerGroup::Impl {
   }
 
   void to_console(int fd, const std::string& text) {
-    if (!text.empty() && console_alive[fd]) console_alive[fd] = write_all(fd, text.data(), text.size());
+    if (!text.empty() && console_alive[fd]) console_alive[fd] = write_all(fd, text);
   }
 
   void close_stream(Stream& s) {
