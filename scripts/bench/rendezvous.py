@@ -37,6 +37,8 @@ import sys
 import threading
 import time
 
+from bench import rss_kib  # the same /proc/<pid>/status reader as the launcher benchmarks
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DTLAUNCH = os.environ.get("DTLAUNCH") or os.path.join(REPO, "build/apps/dtlaunch/dtlaunch")
@@ -217,17 +219,6 @@ def check_nothing_left(procs, what, is_dtlaunch=True, timeout=3.0):
             print(f"  note: {msg} (killed)")
 
 
-def vmrss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
 def fmt_s(v):
     if v is None:
         return "—"
@@ -376,14 +367,14 @@ def run_load(n, timeout=60):
             print(server.tail())
             return fail_or_note(f"rdzv-server --nnodes {n} did not start listening", False)
         time.sleep(0.1)
-        rss0 = vmrss_kib(server.pid)
+        rss0 = rss_kib(server.pid)
         load = Proc([RDZV_LOAD, "--port", str(port), "--nodes", str(n), "--run_id", "bench", "--hold",
                      "--timeout_s", str(timeout)], stdin_pipe=True)
         hold = load.wait_for(r"holding|checks=FAIL", stream="out", timeout=timeout + 5)
         per_node = None
         if hold and "holding" in hold[1]:
             time.sleep(0.2)  # a heartbeat or so with every node connected
-            rss = vmrss_kib(server.pid)
+            rss = rss_kib(server.pid)
             if rss is not None and rss0 is not None:
                 per_node = (rss - rss0) / n
             load.stdin.write(b"\n")

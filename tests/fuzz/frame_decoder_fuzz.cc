@@ -5,18 +5,11 @@
 #include <cstdlib>
 
 #include "rendezvous/protocol.h"
+#include "tests/support/checks.h"
 
 using namespace dtl::rendezvous;
 
 namespace {
-
-#define FUZZ_CHECK(cond)                                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                             \
-    }                                                                           \
-  } while (0)
 
 // Piece sizes from the input itself, so libFuzzer explores cut points as it mutates.
 uint64_t mix(const uint8_t* data, size_t size) {

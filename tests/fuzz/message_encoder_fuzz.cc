@@ -8,18 +8,11 @@
 #include <cstdlib>
 
 #include "rendezvous/protocol.h"
+#include "tests/support/checks.h"
 
 using namespace dtl::rendezvous;
 
 namespace {
-
-#define FUZZ_CHECK(cond)                                                            \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                 \
-    }                                                                               \
-  } while (0)
 
 // Long valid UTF-8 from a few input bytes: a pattern of 1- to 4-byte characters, repeated.
 std::string text(FuzzedDataProvider& p, size_t max) {
@@ -32,21 +25,9 @@ std::string text(FuzzedDataProvider& p, size_t max) {
   return out;
 }
 
-bool utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    for (size_t k = 1; k < len; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    i += len;
-  }
-  return true;
-}
-
 // A cut text is shorter, valid UTF-8, and starts like the original.
 void check_cut(const std::string& original, const std::string& got) {
-  FUZZ_CHECK(utf8(got));
+  FUZZ_CHECK(dtl::test::valid_utf8(got));
   if (got == original) return;
   FUZZ_CHECK(got.size() < original.size());
   size_t head = std::min(got.find('\n'), got.size());

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "rendezvous/protocol.h"
+#include "tests/support/checks.h"
 
 using namespace dtl::rendezvous;
 
@@ -96,19 +97,6 @@ Round valid_round() { return std::get<Round>(samples()[4]); }
 
 std::string join_error(Join j) { return error_of(body_of(encode(j))); }
 std::string round_error(Round r) { return error_of(body_of(encode(r))); }
-
-bool valid_utf8_edges(const std::string& s) {
-  // Every multi-byte sequence is whole: a lead byte is followed by exactly its continuation bytes.
-  for (size_t i = 0; i < s.size();) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    for (size_t k = 1; k < len; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    i += len;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -415,7 +403,7 @@ TEST_CASE("cutting a text never splits a UTF-8 character") {
   while (text.size() < 100000) text += "é€𝄞";
   std::string got = std::get<Stop>(decode_ok(body_of(encode(Stop{text})))).reason;
   CHECK(got.size() <= kMaxFrameBody - 6);
-  CHECK(valid_utf8_edges(got));
+  CHECK(dtl::test::valid_utf8(got));
 }
 
 TEST_CASE("the decoder holds at most one partial frame, and only what has arrived") {
