@@ -1,5 +1,6 @@
 """Signals and shutdown: forwarded, escalated after the timeout, and never an orphan left behind."""
 import os
+import pathlib
 import signal
 
 from common import LaunchTest, main
@@ -32,14 +33,14 @@ class Signals(LaunchTest):
         self.check_forwarded(signal.SIGQUIT)
 
     def test_a_worker_that_ignores_sigterm_is_killed_after_the_shutdown_timeout(self):
-        run = self.start_paused("--shutdown_timeout=0.5", *self.worker("ignore-term"), nproc=2)
+        run = self.start_paused("--shutdown_timeout=0.5", *self.worker("ignore-stop"), nproc=2)
         run.proc.send_signal(signal.SIGTERM)
         r = run.finish(timeout=20)
         self.assertExitCode(r, 128 + signal.SIGTERM)
         self.assertIn("workers still running 0.5s after the stop signal: sending SIGKILL", r.stderr)
 
     def test_a_second_signal_while_stopping_kills_at_once(self):
-        run = self.start_paused("--shutdown_timeout=600", *self.worker("ignore-term"), nproc=2)
+        run = self.start_paused("--shutdown_timeout=600", *self.worker("ignore-stop"), nproc=2)
         run.proc.send_signal(signal.SIGINT)
         run.wait_for("stopping the workers", stream="err")
         run.proc.send_signal(signal.SIGINT)
@@ -49,7 +50,7 @@ class Signals(LaunchTest):
 
     def test_grandchildren_are_stopped_with_their_worker(self):
         run = self.start_paused(*self.worker("grandchild", self.tmp), nproc=2)
-        pids = [int(open(os.path.join(self.tmp, f"{r}.pid")).read()) for r in range(2)]
+        pids = [int(pathlib.Path(self.tmp, f"{r}.pid").read_text()) for r in range(2)]
         for pid in pids:
             os.kill(pid, 0)  # alive while the job runs
         run.proc.send_signal(signal.SIGTERM)

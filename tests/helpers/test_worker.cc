@@ -1,5 +1,5 @@
 // A worker for the end-to-end tests: each mode is one behaviour a real training script can show
-// (print its env, fail, crash, ignore SIGTERM, leave a child behind, flood its output).
+// (print its env, fail, crash, ignore SIGTERM and SIGINT, leave a child behind, flood its output).
 // Modes that end only some ranks take ONLY_RANK; the other ranks wait until signalled.
 #include <signal.h>
 #include <sys/stat.h>
@@ -78,8 +78,9 @@ int main(int argc, char** argv) {
     write_file(path, json);
     return 1;
   }
-  if (mode == "ignore-term") {
+  if (mode == "ignore-stop") {  // like a script that catches SIGTERM and Ctrl-C to save a checkpoint
     signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
     wait_forever();
   }
   if (mode == "grandchild") {  // grandchild DIR [exit|setsid]: leaves a sleeping child behind
