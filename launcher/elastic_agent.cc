@@ -118,18 +118,21 @@ std::variant<AgentOptions, std::string> make_agent_options(const config::LaunchO
 }
 
 struct ElasticAgent::Impl {
-  Impl(asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard, AgentOptions opts)
+  Impl(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
+       AgentOptions opts)
       : io(io),
+        console(console),
         plan(plan),
         opts(std::move(opts)),
         host(host_name()),
         signals(io),
         barrier_timer(io),
-        group(io, plan, logs, guard,
+        group(io, console, plan, logs, guard,
               {[this](const std::vector<WorkerFailure>& f) { on_failure(f); },
                [this](const WorkerGroup::Result& r) { on_finished(r); }}) {}
 
   asio::io_context& io;
+  Console& console;
   const LaunchPlan& plan;
   AgentOptions opts;
   std::string host;
@@ -294,7 +297,7 @@ struct ElasticAgent::Impl {
           std::vector<WorkerFailure> failures;
           for (const auto& r : exit_msg->failures) failures.push_back(from_report(r));
           std::string text = "\n" + format_summary(plan.title, failures, host) + "\n";
-          write_all(2, text);
+          console.write(2, text);
         }
         spdlog::error("the job failed: {}", exit_msg->reason);
       }
@@ -324,9 +327,9 @@ struct ElasticAgent::Impl {
   }
 };
 
-ElasticAgent::ElasticAgent(asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
-                           AgentOptions options)
-    : impl_(std::make_unique<Impl>(io, plan, logs, guard, std::move(options))) {}
+ElasticAgent::ElasticAgent(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
+                           OrphanGuard& guard, AgentOptions options)
+    : impl_(std::make_unique<Impl>(io, console, plan, logs, guard, std::move(options))) {}
 ElasticAgent::~ElasticAgent() = default;
 int ElasticAgent::run() { return impl_->run(); }
 bool ElasticAgent::wrote_log_files() const { return impl_->group.wrote_log_files(); }

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "config/launch_options.h"
+#include "launcher/console.h"
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
@@ -36,8 +37,8 @@ std::variant<AgentOptions, std::string> make_agent_options(const config::LaunchO
 
 class ElasticAgent {
  public:
-  ElasticAgent(boost::asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
-               AgentOptions options);
+  ElasticAgent(boost::asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
+               OrphanGuard& guard, AgentOptions options);
   ~ElasticAgent();
   /// Runs until the server ends the job, the rendezvous fails, or a signal stops this node.
   int run();

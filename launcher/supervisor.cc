@@ -13,13 +13,16 @@ namespace dtl::launcher {
 namespace asio = boost::asio;
 /// The single-node policy: restart the group while restarts are left, else report the root cause.
 struct Supervisor::Impl {
-  Impl(asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard)
+  Impl(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard)
       : io(io),
+        console(console),
         plan(plan),
         signals(io),
-        group(io, plan, logs, guard, {nullptr, [this](const WorkerGroup::Result& r) { on_finished(r); }}) {}
+        group(io, console, plan, logs, guard,
+              {nullptr, [this](const WorkerGroup::Result& r) { on_finished(r); }}) {}
 
   asio::io_context& io;
+  Console& console;
   const LaunchPlan& plan;
   asio::signal_set signals;
   WorkerGroup group;
@@ -77,7 +80,7 @@ struct Supervisor::Impl {
       return;
     }
     if (!failures.empty()) {
-      write_all(2, "\n" + format_summary(plan.title, failures, host_name()) + "\n");
+      console.write(2, "\n" + format_summary(plan.title, failures, host_name()) + "\n");
       exit_code = exit_code_for(root_cause(failures));
     }
     if (result.start_failed) exit_code = 1;
@@ -88,8 +91,9 @@ struct Supervisor::Impl {
   }
 };
 
-Supervisor::Supervisor(asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard)
-    : impl_(std::make_unique<Impl>(io, plan, logs, guard)) {}
+Supervisor::Supervisor(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
+                       OrphanGuard& guard)
+    : impl_(std::make_unique<Impl>(io, console, plan, logs, guard)) {}
 Supervisor::~Supervisor() = default;
 int Supervisor::run() { return impl_->run(); }
 bool Supervisor::wrote_log_files() const { return impl_->group.wrote_log_files(); }

@@ -6,6 +6,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "launcher/console.h"
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
@@ -14,7 +15,8 @@ namespace dtl::launcher {
 
 class Supervisor {
  public:
-  Supervisor(boost::asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard);
+  Supervisor(boost::asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
+             OrphanGuard& guard);
   ~Supervisor();
 
   /// Runs until the group succeeded, failed with no restarts left, or dtlaunch was signalled.

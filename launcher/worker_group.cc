@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "launcher/console.h"
 #include "launcher/failure.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/posix_io.h"
@@ -51,19 +52,22 @@ int open_log(const std::filesystem::path& path) {
 }  // namespace
 
 struct WorkerGroup::Impl {
+  struct Worker;
   /// One of a worker's output streams on its way to the console and/or a file.
   struct Stream {
-    explicit Stream(asio::io_context& io) : pipe(io) {}
+    Stream(asio::io_context& io, Worker& worker) : pipe(io), worker(worker) {}
     asio::posix::stream_descriptor pipe;
+    Worker& worker;
     std::unique_ptr<LinePrefixer> prefixer;  ///< set when the stream goes to the console
     int console_fd = -1;
     int file_fd = -1;
     bool open = false;
+    bool paused = false;  ///< not read until the console drains (the worker waits on its own writes)
     std::array<char, 1 << 16> buf;
   };
 
   struct Worker {
-    Worker(asio::io_context& io) : out(io), err(io) {}
+    Worker(asio::io_context& io) : out(io, *this), err(io, *this) {}
     int local_rank = 0;
     int rank = 0;
     pid_t pid = -1;
@@ -75,11 +79,14 @@ struct WorkerGroup::Impl {
 
   enum class Phase { idle, running, stopping, finishing };
 
-  Impl(asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard, Callbacks callbacks)
-      : io(io), plan(plan), logs(logs), guard(guard), callbacks(std::move(callbacks)), kill_timer(io),
-        drain_timer(io) {}
+  Impl(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
+       Callbacks callbacks)
+      : io(io), console(console), plan(plan), logs(logs), guard(guard), callbacks(std::move(callbacks)),
+        kill_timer(io), drain_timer(io) {}
+  ~Impl() { console.forget(io); }
 
   asio::io_context& io;
+  Console& console;
   const LaunchPlan& plan;
   RunLogDir& logs;
   OrphanGuard& guard;
@@ -94,7 +101,6 @@ struct WorkerGroup::Impl {
   bool start_failed = false;
   bool drain_armed = false;
   bool wrote_files = false;
-  bool console_alive[3] = {false, true, true};
   std::string scratch;
 
   // ---- starting ----
@@ -177,8 +183,21 @@ struct WorkerGroup::Impl {
         maybe_finish();
         return;
       }
+      // Backpressure from a slow console reaches running workers only: an exited one's pipe holds
+      // at most a pipe buffer more, and is read to its end so the group can finish.
+      if (s.worker.running && console.backed_up()) {
+        s.paused = true;
+        console.when_drained(io, [this, &s] { resume(s); });
+        return;
+      }
       read_more(s);
     });
+  }
+
+  void resume(Stream& s) {
+    if (!s.paused) return;
+    s.paused = false;
+    read_more(s);
   }
 
   void deliver(Stream& s, size_t n) {
@@ -186,19 +205,15 @@ struct WorkerGroup::Impl {
     if (s.prefixer) {
       scratch.clear();
       s.prefixer->feed(std::string_view(s.buf.data(), n), scratch);
-      to_console(s.console_fd, scratch);
+      console.write(s.console_fd, scratch);
     }
-  }
-
-  void to_console(int fd, const std::string& text) {
-    if (!text.empty() && console_alive[fd]) console_alive[fd] = write_all(fd, text);
   }
 
   void close_stream(Stream& s) {
     if (s.prefixer) {
       scratch.clear();
       s.prefixer->finish(scratch);
-      to_console(s.console_fd, scratch);
+      console.write(s.console_fd, scratch);
     }
     boost::system::error_code ignored;
     s.pipe.close(ignored);
@@ -221,6 +236,7 @@ struct WorkerGroup::Impl {
       for (auto& w : workers) {
         if (w->pid != pid || !w->running) continue;
         w->running = false;
+        for (Stream* s : {&w->out, &w->err}) resume(*s);
         bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && !w->signalled && phase == Phase::running) {
           failures.push_back(describe_failure(w->local_rank, w->rank, pid, status, now, w->error_file));
@@ -311,9 +327,9 @@ struct WorkerGroup::Impl {
 
 };
 
-WorkerGroup::WorkerGroup(asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
-                         Callbacks callbacks)
-    : impl_(std::make_unique<Impl>(io, plan, logs, guard, std::move(callbacks))) {}
+WorkerGroup::WorkerGroup(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
+                         OrphanGuard& guard, Callbacks callbacks)
+    : impl_(std::make_unique<Impl>(io, console, plan, logs, guard, std::move(callbacks))) {}
 WorkerGroup::~WorkerGroup() = default;
 void WorkerGroup::start(const GroupEnv& group) { impl_->start(group); }
 void WorkerGroup::stop(int sig) { impl_->begin_stop(sig); }

@@ -9,6 +9,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "launcher/console.h"
 #include "launcher/failure.h"
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
@@ -29,8 +30,9 @@ class WorkerGroup {
     std::function<void(const Result&)> on_finished;
   };
 
-  WorkerGroup(boost::asio::io_context& io, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
-              Callbacks callbacks);
+  /// Worker output goes to `console` (and to files as the plan says).
+  WorkerGroup(boost::asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
+              OrphanGuard& guard, Callbacks callbacks);
   ~WorkerGroup();
 
   /// Starts plan.nproc workers with this attempt's environment (group.restart_count names the attempt).

@@ -14,6 +14,7 @@
 
 #include "commands/commands.h"
 #include "config/command_line.h"
+#include "launcher/console.h"
 #include "launcher/elastic_agent.h"
 #include "launcher/gpus.h"
 #include "launcher/log_layout.h"
@@ -33,8 +34,10 @@ int cpu_count() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-void setup_logging() {
-  auto logger = spdlog::stderr_logger_st("dtlaunch");
+/// dtlaunch's messages: "dtlaunch: warning: ..." on stderr, through `sink` when given.
+void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
+  auto logger = sink ? std::make_shared<spdlog::logger>("dtlaunch", std::move(sink))
+                     : spdlog::stderr_logger_st("dtlaunch");
   logger->set_pattern("dtlaunch: %l: %v");
   logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(logger);
@@ -57,7 +60,14 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   const config::LaunchOptions& options = *parsed.options;
-  setup_logging();
+  // From here on everything dtlaunch and its workers print goes through the console's own thread,
+  // so a console that stops reading cannot stall the event loop (signals, exits, the rendezvous).
+  launcher::Console console;
+  setup_logging(console.sink());
+  const auto fail = [&](const std::string& line, int code) {
+    console.write(2, line + "\n");
+    return code;
+  };
   for (const auto& w : parsed.warnings) spdlog::warn("{}", w);
   // The config file's env: entries and accelerate's variables: inherited by the workers like the rest.
   for (const auto& [name, value] : config::worker_variables(options)) setenv(name.c_str(), value.c_str(), 1);
@@ -71,10 +81,7 @@ int main(int argc, char** argv) {
                              cpu_count(), env,
                              rendezvous::reserve_check};
     auto planned = launcher::make_plan(options, host);
-    if (auto* err = std::get_if<launcher::PlanError>(&planned)) {
-      std::cerr << err->message << "\n";
-      return err->exit_code;
-    }
+    if (auto* err = std::get_if<launcher::PlanError>(&planned)) return fail(err->message, err->exit_code);
     const auto& plan = std::get<launcher::LaunchPlan>(planned);
     for (const auto& notice : plan.notices) {
       if (notice.rfind("warning: ", 0) == 0) {
@@ -90,17 +97,11 @@ int main(int argc, char** argv) {
                                           env("DTLAUNCH_RDZV_TOKEN"),
                                           options.rdzv_token_file.empty() ? std::nullopt
                                                                           : std::optional(options.rdzv_token_file));
-      if (auto* err = std::get_if<rendezvous::TokenError>(&token)) {
-        std::cerr << "dtlaunch: error: " << err->what << "\n";
-        return 2;
-      }
+      if (auto* err = std::get_if<rendezvous::TokenError>(&token)) return fail("dtlaunch: error: " + err->what, 2);
       const auto& t = std::get<rendezvous::Token>(token);
       if (!t.warning.empty()) spdlog::warn("{}", t.warning);
       auto made = launcher::make_agent_options(options, plan, t.value);
-      if (auto* err = std::get_if<std::string>(&made)) {
-        std::cerr << "dtlaunch: error: " << *err << "\n";
-        return 2;
-      }
+      if (auto* err = std::get_if<std::string>(&made)) return fail("dtlaunch: error: " + *err, 2);
       agent_options = std::get<launcher::AgentOptions>(made);
     }
 
@@ -112,11 +113,11 @@ int main(int argc, char** argv) {
     int code = 0;
     bool wrote_files = false;
     if (agent_options) {
-      launcher::ElasticAgent agent(io, plan, logs, guard, *agent_options);
+      launcher::ElasticAgent agent(io, console, plan, logs, guard, *agent_options);
       code = agent.run();
       wrote_files = agent.wrote_log_files();
     } else {
-      launcher::Supervisor supervisor(io, plan, logs, guard);
+      launcher::Supervisor supervisor(io, console, plan, logs, guard);
       code = supervisor.run();
       wrote_files = supervisor.wrote_log_files();
     }
@@ -126,7 +127,6 @@ int main(int argc, char** argv) {
     logs.finish(keep);
     return code;
   } catch (const std::exception& e) {
-    std::cerr << "dtlaunch: error: " << e.what() << "\n";
-    return 1;
+    return fail(std::string("dtlaunch: error: ") + e.what(), 1);
   }
 }
