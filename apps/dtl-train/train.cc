@@ -10,7 +10,6 @@
 
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
-#include <torch/optim/adamw.h>
 #include <torch/serialize.h>
 #include <torch/utils.h>
 
@@ -19,6 +18,7 @@
 #include "data.h"
 #include "metrics.h"
 #include "model.h"
+#include "optim.h"
 #include "report.h"
 #include "schedule.h"
 
@@ -113,7 +113,7 @@ struct Progress {
   long long position = 0;  ///< global sample number of the next step's first row
 };
 
-void save_checkpoint(const std::string& path, Gpt& model, torch::optim::Optimizer& opt, const Progress& p) {
+void save_checkpoint(const std::string& path, Gpt& model, const FusedAdamW& opt, const Progress& p) {
   torch::serialize::OutputArchive root, m, o;
   model->save(m);
   opt.save(o);
@@ -128,7 +128,7 @@ void save_checkpoint(const std::string& path, Gpt& model, torch::optim::Optimize
   write_file_atomically(path, bytes.str());
 }
 
-Progress load_checkpoint(const std::string& path, Gpt& model, torch::optim::Optimizer& opt, c10::Device device) {
+Progress load_checkpoint(const std::string& path, Gpt& model, FusedAdamW& opt, c10::Device device) {
   torch::serialize::InputArchive root, m, o;
   root.load_from(path, device);
   c10::IValue shape, step, position;
@@ -208,12 +208,8 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
     params.push_back(p);
     names.push_back(item.key());
   }
-  auto adamw = [&](double wd) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(1e-8).weight_decay(wd));
-  };
-  torch::optim::AdamW optimizer({torch::optim::OptimizerParamGroup(decay, adamw(o.weight_decay)),
-                                 torch::optim::OptimizerParamGroup(no_decay, adamw(0.0))});
+  // torch::optim::AdamW's update (decoupled decay on matrices only), fused into one pass per parameter.
+  FusedAdamW optimizer({{decay, o.weight_decay}, {no_decay, 0.0}}, o.lr, o.beta1, o.beta2, 1e-8);
 
   Progress progress;
   if (!checkpoint.empty()) {
@@ -261,7 +257,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
     doing = "step " + std::to_string(step) + " of " + std::to_string(o.steps);
     maybe_fail(o, env, step);
     const double lr = lr_at(schedule, progress.step);
-    for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    optimizer.set_lr(lr);
     if (o.model.dropout > 0) torch::manual_seed(mix64(o.seed ^ mix64(progress.step * 4099 + env.rank)));
 
     for (int micro = 0; micro < o.grad_accum; ++micro) {

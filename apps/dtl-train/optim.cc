@@ -1,0 +1,123 @@
+#include "optim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+#include <c10/util/irange.h>
+#include <torch/serialize/archive.h>
+
+#include "adamw_kernel.h"
+
+namespace dtl::train {
+namespace {
+
+/// One pass over the n floats of a parameter, split across ATen's intra-op threads.
+void adamw_cpu(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s) {
+  at::parallel_for(0, n, 1 << 16, [&](int64_t begin, int64_t end) { adamw_kernel(p, g, m, v, begin, end, s); });
+}
+
+bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v) {
+  for (const at::Tensor* t : {&p, &g, &m, &v}) {
+    if (!t->device().is_cpu() || t->scalar_type() != at::kFloat || !t->is_contiguous()) return false;
+  }
+  return true;
+}
+
+const char* const kFormat = "dtl-fused-adamw-1";
+
+}  // namespace
+
+FusedAdamW::FusedAdamW(std::vector<Group> groups, double lr, double beta1, double beta2, double eps)
+    : groups_(std::move(groups)), lr_(lr), beta1_(beta1), beta2_(beta2), eps_(eps) {
+  for (const auto& g : groups_) state_.emplace_back(g.params.size());
+}
+
+void FusedAdamW::step() {
+  at::NoGradGuard no_grad;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const double wd = groups_[gi].weight_decay;
+    for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
+      at::Tensor p = groups_[gi].params[pi].detach();
+      const at::Tensor& grad = groups_[gi].params[pi].grad();
+      if (!grad.defined()) continue;
+      State& st = state_[gi][pi];
+      if (!st.exp_avg.defined()) {
+        st.exp_avg = at::zeros_like(p, at::MemoryFormat::Preserve);
+        st.exp_avg_sq = at::zeros_like(p, at::MemoryFormat::Preserve);
+      }
+      st.step += 1;
+      const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(st.step));
+      const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(st.step));
+      const double step_size = lr_ / bias_correction1;
+      const at::Tensor g = grad.detach();
+      if (fusable(p, g, st.exp_avg, st.exp_avg_sq)) {
+        const AdamWScalars s{static_cast<float>(1 - lr_ * wd),
+                        static_cast<float>(beta1_),
+                        static_cast<float>(1 - beta1_),
+                        static_cast<float>(beta2_),
+                        static_cast<float>(1 - beta2_),
+                        static_cast<float>(std::sqrt(bias_correction2)),
+                        static_cast<float>(eps_),
+                        static_cast<float>(-step_size)};
+        adamw_cpu(p.data_ptr<float>(), g.data_ptr<float>(), st.exp_avg.data_ptr<float>(),
+                  st.exp_avg_sq.data_ptr<float>(), p.numel(), s);
+      } else {  // torch::optim::AdamW's own ops
+        if (wd != 0) p.mul_(1 - lr_ * wd);
+        st.exp_avg.mul_(beta1_).add_(g, 1 - beta1_);
+        st.exp_avg_sq.mul_(beta2_).addcmul_(g, g, 1 - beta2_);
+        const at::Tensor denom = (st.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(eps_);
+        p.addcdiv_(st.exp_avg, denom, -step_size);
+      }
+    }
+  }
+}
+
+void FusedAdamW::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("format", c10::IValue(std::string(kFormat)));
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
+      const std::string key = std::to_string(gi) + "." + std::to_string(pi);
+      const State& st = state_[gi][pi];
+      archive.write("step." + key, c10::IValue(st.step));
+      if (st.exp_avg.defined()) {
+        archive.write("exp_avg." + key, st.exp_avg, /*is_buffer=*/true);
+        archive.write("exp_avg_sq." + key, st.exp_avg_sq, /*is_buffer=*/true);
+      }
+    }
+  }
+}
+
+void FusedAdamW::load(torch::serialize::InputArchive& archive) {
+  c10::IValue format;
+  if (!archive.try_read("format", format) || !format.isString() || format.toStringRef() != kFormat) {
+    throw std::runtime_error(std::string("the checkpoint's optimizer state is not dtl-train's fused AdamW (") +
+                             kFormat + "); it was written by another version of dtl-train");
+  }
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
+      const std::string key = std::to_string(gi) + "." + std::to_string(pi);
+      const at::Tensor& p = groups_[gi].params[pi];
+      c10::IValue step;
+      archive.read("step." + key, step);
+      State st;
+      st.step = step.toInt();
+      if (st.step > 0) {
+        at::Tensor m, v;
+        archive.read("exp_avg." + key, m, /*is_buffer=*/true);
+        archive.read("exp_avg_sq." + key, v, /*is_buffer=*/true);
+        if (!m.sizes().equals(p.sizes()) || !v.sizes().equals(p.sizes())) {
+          throw std::runtime_error("optimizer state " + key + " has another shape than its parameter");
+        }
+        st.exp_avg = at::empty_like(p, at::MemoryFormat::Contiguous).copy_(m);
+        st.exp_avg_sq = at::empty_like(p, at::MemoryFormat::Contiguous).copy_(v);
+      }
+      state_[gi][pi] = std::move(st);
+    }
+  }
+}
+
+}  // namespace dtl::train

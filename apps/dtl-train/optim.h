@@ -1,0 +1,54 @@
+// AdamW with decoupled weight decay, fused: the same update as torch::optim::AdamW (no amsgrad),
+// but on CPU fp32 contiguous parameters one vectorized pass per parameter reads param, grad and
+// both moments and writes param and moments, instead of ~10 separate tensor ops (each a pass over
+// memory, most allocating a temporary). Elsewhere (CUDA, other dtypes) the same few torch ops
+// torch::optim::AdamW runs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch::serialize {
+class OutputArchive;
+class InputArchive;
+}  // namespace torch::serialize
+
+namespace dtl::train {
+
+class FusedAdamW {
+ public:
+  struct Group {
+    std::vector<at::Tensor> params;
+    double weight_decay = 0;
+  };
+  /// Per-parameter state, created (zeros) at the parameter's first step, like torch's.
+  struct State {
+    int64_t step = 0;
+    at::Tensor exp_avg, exp_avg_sq;
+  };
+
+  FusedAdamW(std::vector<Group> groups, double lr, double beta1, double beta2, double eps = 1e-8);
+
+  /// The learning rate of every group from the next step on (the schedule sets it each step).
+  void set_lr(double lr) { lr_ = lr; }
+  double lr() const { return lr_; }
+
+  /// One update of every parameter that has a gradient; parameters without one are skipped.
+  void step();
+
+  /// All per-parameter state, exactly: a loaded optimizer continues bit-identically.
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// Throws std::runtime_error if the archive holds another optimizer or other parameter shapes.
+  void load(torch::serialize::InputArchive& archive);
+
+  const State& state(size_t group, size_t index) const { return state_[group][index]; }
+
+ private:
+  std::vector<Group> groups_;
+  std::vector<std::vector<State>> state_;  ///< [group][param]
+  double lr_, beta1_, beta2_, eps_;
+};
+
+}  // namespace dtl::train
