@@ -8,6 +8,8 @@
 # TORCH_CUDA_ARCH_LIST passed to libtorch's CMake files (default 9.0, the H100/H200)
 # PYTHON         the Python whose torch to build against (default python3)
 # INSTALL_TORCH  1: pip-install torch first (into a venv in the build folder unless PYTHON is set)
+# TORCH_SPEC     what INSTALL_TORCH installs (default torch==2.15.0, the version checked here, CUDA 13:
+#                pinned so that a new release cannot break CI unannounced)
 # BUILD_DIR      build folder (default build-cuda)
 # CHECK_ONLY     1: compile and link without the wheel's CUDA dependencies installed (links with
 #                --allow-shlib-undefined; the binary then runs only where they are); for CI and for
@@ -16,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 build=${BUILD_DIR:-build-cuda}
+torch_spec=${TORCH_SPEC:-torch==2.15.0}
 
 have_torch() { "$python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)'; }
 if [ "${INSTALL_TORCH:-0}" = 1 ] && [ -z "${PYTHON:-}" ]; then
@@ -24,11 +27,11 @@ if [ "${INSTALL_TORCH:-0}" = 1 ] && [ -z "${PYTHON:-}" ]; then
   [ -x "$build/venv/bin/python" ] || { mkdir -p "$build" && python3 -m venv "$build/venv"; }
   python=$build/venv/bin/python
   if ! have_torch; then
-    if [ "${CHECK_ONLY:-0}" = 1 ]; then "$python" -m pip install -q --no-deps torch; else "$python" -m pip install -q torch; fi
+    if [ "${CHECK_ONLY:-0}" = 1 ]; then "$python" -m pip install -q --no-deps "$torch_spec"; else "$python" -m pip install -q "$torch_spec"; fi
   fi
 elif ! have_torch; then
   if [ "${INSTALL_TORCH:-0}" = 1 ]; then
-    "$python" -m pip install torch
+    "$python" -m pip install "$torch_spec"
   else
     echo "build-cuda.sh: $python has no torch; pip install torch (or INSTALL_TORCH=1), or set PYTHON" >&2
     exit 2

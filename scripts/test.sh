@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # Sets everything up, builds, and runs every test: 30 s of fuzzing the rendezvous frame decoder
-# (clang, libFuzzer), then every unit and end-to-end test through ctest.
+# (clang, libFuzzer), then every unit and end-to-end test through ctest, then, where the CUDA
+# toolkit is installed, a compile-and-link check of dtl-train's NCCL build against the pip torch
+# wheel's libtorch (scripts/build-cuda.sh with CHECK_ONLY=1: no GPU needed; ~1.5 min download of
+# the wheel and ~2-4 min of building). NCCL_CHECK=0 skips that last step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/fuzz.sh 30 frame_decoder_fuzz
 scripts/build.sh -DDTL_BUILD_TESTS=ON
-cd build
-ctest --output-on-failure -j"$(nproc)" --timeout 600
+(cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
+if [ "${NCCL_CHECK:-1}" = 0 ]; then
+  echo "test.sh: NCCL_CHECK=0: the NCCL build of dtl-train is not checked"
+elif command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || [ -n "${CUDA_HOME:-}" ]; then
+  INSTALL_TORCH=1 CHECK_ONLY=1 scripts/build-cuda.sh
+else
+  echo "test.sh: no CUDA toolkit here (nvcc): the NCCL build of dtl-train is not checked"
+fi

@@ -20,13 +20,17 @@ class StalledConsole(LaunchTest):
         self.proc = subprocess.Popen([DTLAUNCH, "--nproc_per_node=2", "--master_port=0",
                                       *self.worker("lines", 10**12)],
                                      env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(self.stop)  # also when setUp fails, which skips tearDown
         self.err = b""
         self.wait_until(self.console_is_full, "dtlaunch's stdout pipe never filled up")
 
-    def tearDown(self):
-        if self.proc.poll() is None:
+    def stop(self):
+        if self.proc.returncode is None:  # drain() not reached: a failed test
             self.proc.kill()
             self.proc.communicate()
+
+    def tearDown(self):
+        self.stop()
         super().tearDown()
 
     def wait_until(self, condition, what, timeout=30):
