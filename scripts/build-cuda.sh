@@ -27,7 +27,7 @@ if [ "${INSTALL_TORCH:-0}" = 1 ] && [ -z "${PYTHON:-}" ]; then
   [ -x "$build/venv/bin/python" ] || { mkdir -p "$build" && python3 -m venv "$build/venv"; }
   python=$build/venv/bin/python
   if ! have_torch; then
-    if [ "${CHECK_ONLY:-0}" = 1 ]; then "$python" -m pip install -q --no-deps "$torch_spec"; else "$python" -m pip install -q "$torch_spec"; fi
+    if [ "${CHECK_ONLY:-0}" = 1 ]; then "$python" -m pip install -q --no-cache-dir --no-deps "$torch_spec"; else "$python" -m pip install -q "$torch_spec"; fi
   fi
 elif ! have_torch; then
   if [ "${INSTALL_TORCH:-0}" = 1 ]; then
