@@ -14,6 +14,7 @@
 #include <torch/utils.h>
 
 #include "atomic_file.h"
+#include "blas.h"
 #include "comm.h"
 #include "data.h"
 #include "metrics.h"
@@ -237,6 +238,9 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       << batching.global() << " x " << o.model.context << " tokens, " << reducer.bucket_count()
       << " gradient buckets, " << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision " << o.mixed_precision << ", data " << data->describe();
     say(s.str());
+    if (auto blas = loaded_blas(); blas && !device.is_cuda()) {
+      if (auto advice = blas_advice(*blas); !advice.empty()) say("dtl-train: warning: " + advice);
+    }
   }
   std::ofstream metrics;
   if (leader && !o.metrics.empty()) metrics.open(o.metrics, std::ios::app);

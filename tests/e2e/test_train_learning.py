@@ -1,9 +1,11 @@
 """dtl-train learns: the loss falls on its synthetic tokens and on a text file, in fp32 and bf16."""
 import os
+import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
-from train_common import TINY, TrainTest, needs_trainer  # noqa: E402
+from train_common import DTL_TRAIN, TINY, TrainTest, needs_trainer  # noqa: E402
 
 from common import main  # noqa: E402
 
@@ -36,6 +38,22 @@ class Learning(TrainTest):
         r, out = self.train(1, *TINY, "--steps", 40, "--log_every", 10, "--lr", "1e-2", "--batch_size", 8, env=env)
         self.assertIn("mixed precision bf16", r.stdout)
         self.assertLossFalls(out, 1.0)
+
+    def test_the_reference_blas_is_named_with_what_to_install(self):
+        # The BLAS this machine resolves, copied into a folder named as Debian names the reference
+        # BLAS's (.../blas/) and into one named as OpenBLAS's: only the first gets the warning.
+        ldd = subprocess.run(["ldd", DTL_TRAIN], capture_output=True, text=True).stdout
+        lib = next(line.split("=> ")[1].split(" (")[0] for line in ldd.splitlines() if "libblas.so" in line)
+        for folder, warned in (("blas", True), ("openblas-pthread", False)):
+            os.makedirs(os.path.join(self.tmp, folder))
+            shutil.copy(lib, os.path.join(self.tmp, folder, os.path.basename(lib)))
+            env = self.env(LD_LIBRARY_PATH=os.path.join(self.tmp, folder))
+            r, _ = self.train(1, *TINY, "--steps", 1, name=folder, env=env)
+            line = (f"dtl-train: warning: matrix products run on the reference BLAS ({os.path.realpath(self.tmp)}/blas/"
+                    f"{os.path.basename(lib)}), about 20x slower than an optimised one; install one, e.g. "
+                    "apt-get install libopenblas0-pthread")
+            self.assertEqual(r.stdout.count(line), 1 if warned else 0, r.stdout)
+            self.assertEqual("reference BLAS" in r.stdout, warned, r.stdout)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "apps/dtl-train/atomic_file.h"
+#include "apps/dtl-train/blas.h"
 #include "apps/dtl-train/metrics.h"
 #include "apps/dtl-train/report.h"
 
@@ -64,4 +65,14 @@ TEST_CASE("dtl-train: a step record reads the same in the log and in the metrics
   r.mfu = 0.412;
   CHECK(metrics_json(r).find("\"comm_hidden_share\": null, \"mfu\": 0.412,") != std::string::npos);
   CHECK(log_line(r) == "step 10/100 loss 4.5000 lr 1.00e-03 tokens/s 12345 step 83.1 ms comm wait 2.1% hidden n/a mfu 41.2%");
+}
+
+TEST_CASE("dtl-train: the reference BLAS is named, with what to install; optimised ones are not") {
+  const std::string ref = blas_advice("/usr/lib/x86_64-linux-gnu/blas/libblas.so.3");
+  CHECK(ref ==
+        "matrix products run on the reference BLAS (/usr/lib/x86_64-linux-gnu/blas/libblas.so.3), about 20x "
+        "slower than an optimised one; install one, e.g. apt-get install libopenblas0-pthread");
+  CHECK(blas_advice("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3").empty());
+  CHECK(blas_advice("/usr/lib/x86_64-linux-gnu/blis-openmp/libblas.so.3").empty());
+  CHECK(blas_advice("/opt/intel/mkl/lib/libblas.so.3").empty());
 }

@@ -1,0 +1,18 @@
+// Which BLAS the CPU's matrix products run on. Debian's libtorch calls whatever libblas.so.3 the
+// system's alternatives point at, and until an optimised one is installed that is Netlib's
+// reference BLAS, ~20x slower for training than OpenBLAS: worth one line at start.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace dtl::train {
+
+/// The resolved path of the libblas.so loaded into this process, if one is.
+std::optional<std::string> loaded_blas();
+
+/// What to tell the user when `path` is the reference BLAS (Debian's .../blas/libblas.so.3);
+/// empty for any other (OpenBLAS, BLIS, MKL...).
+std::string blas_advice(const std::string& path);
+
+}  // namespace dtl::train
