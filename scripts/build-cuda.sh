@@ -11,6 +11,8 @@
 # TORCH_SPEC     what INSTALL_TORCH installs (default torch==2.15.0, the version checked here, CUDA 13:
 #                pinned so that a new release cannot break CI unannounced)
 # BUILD_DIR      build folder (default build-cuda)
+# TRAINER_ONLY   1: build dtl-train alone, with CLI11's headers from gpu-kit/include (a machine with
+#                none of dtlaunch's libraries: the GPU machine; scripts/gpu-prepare.sh makes the kit)
 # CHECK_ONLY     1: compile and link without the wheel's CUDA dependencies installed (links with
 #                --allow-shlib-undefined; the binary then runs only where they are); for CI and for
 #                machines without a GPU, where only the build itself is checked
@@ -53,11 +55,16 @@ echo "build-cuda.sh: torch $torch_version at $prefix; CUDA $("$nvcc" --version |
 # which needs a GPU and a CUDA dialect CMake may not know for a newer nvcc.
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 extra=()
+targets=(dtl-train dtlaunch)
+if [ "${TRAINER_ONLY:-0}" = 1 ]; then
+  extra+=(-DDTL_BUILD_LAUNCHER=OFF "-DDTL_CLI11_INCLUDE_DIR=$PWD/gpu-kit/include")
+  targets=(dtl-train)
+fi
 if [ "${CHECK_ONLY:-0}" = 1 ]; then
   extra+=(-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined)
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDTL_BUILD_TESTS=OFF -DDTL_BUILD_TRAINER=ON -DDTL_WITH_NCCL=ON \
   -DCMAKE_PREFIX_PATH="$prefix" -DCUDAToolkit_ROOT="$cuda_home" -DCMAKE_CUDA_COMPILER="$nvcc" \
   "${extra[@]}" "$@"
-cmake --build "$build" -j"$(nproc)" --target dtl-train dtlaunch
-echo "build-cuda.sh: built $build/apps/dtl-train/dtl-train (NCCL) and $build/apps/dtlaunch/dtlaunch"
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
+echo "build-cuda.sh: built ${targets[*]} in $build (dtl-train with NCCL)"

@@ -10,6 +10,10 @@
 # BATCH        sequences of 1024 tokens per step for the GPT-2-small run (default 16)
 # STEPS        steps of that run; the first 10 are not timed (default 50)
 # PEAK_TFLOPS  the GPU's dense bf16 peak (default: 989 for H100/H200, 312 for A100, else required)
+#
+# On a machine without dtlaunch's libraries (the lent GPU machine: torch, CUDA, CMake, a compiler,
+# nothing to install from), first run scripts/gpu-prepare.sh where they are, and carry gpu-kit/:
+# its dtlaunch is used and only dtl-train is built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v nvidia-smi >/dev/null || { echo "gpu-check.sh: nvidia-smi not found: no NVIDIA GPU here" >&2; exit 2; }
@@ -26,9 +30,14 @@ steps=${STEPS:-50}
 echo "gpu-check: $gpu (bf16 peak $peak TFLOP/s), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
 
 start=$(date +%s)
+if [ -x gpu-kit/bin/dtlaunch ]; then
+  dtlaunch=gpu-kit/bin/dtlaunch
+  export TRAINER_ONLY=1
+else
+  dtlaunch=build-cuda/apps/dtlaunch/dtlaunch
+fi
 BUILD_DIR=build-cuda scripts/build-cuda.sh >/tmp/gpu-check-build.log 2>&1 || { tail -40 /tmp/gpu-check-build.log; exit 1; }
-echo "gpu-check: built in $(( $(date +%s) - start )) s ($(grep -m1 'build-cuda.sh: torch' /tmp/gpu-check-build.log))"
-dtlaunch=build-cuda/apps/dtlaunch/dtlaunch
+echo "gpu-check: built in $(( $(date +%s) - start )) s ($(grep -m1 'build-cuda.sh: torch' /tmp/gpu-check-build.log)); dtlaunch: $dtlaunch"
 trainer=build-cuda/apps/dtl-train/dtl-train
 out=$(mktemp -d /tmp/gpu-check.XXXXXX)
 

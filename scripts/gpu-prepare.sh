@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run HERE, before a GPU session: the device machine has torch, CUDA, CMake and a compiler but none
+# of dtlaunch's libraries, and cannot install any. This builds gpu-kit/ (git-ignored, ~10 MB):
+#   gpu-kit/bin/dtlaunch   dtlaunch, finding the shared libraries it needs in gpu-kit/lib ($ORIGIN)
+#   gpu-kit/lib/           those libraries (yaml-cpp, spdlog, fmt, libcrypto, libstdc++, libgcc_s)
+#   gpu-kit/include/CLI/   CLI11's headers, the one library dtl-train's own build needs besides torch
+# Then run on the device, carrying the kit:  run(command="scripts/gpu-check.sh", carry=["gpu-kit"])
+# gpu-check.sh finds the kit and builds only dtl-train there (-DDTL_BUILD_LAUNCHER=OFF).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+kit=gpu-kit
+rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/lib" "$kit/include"
+cmake -S . -B build-gpu-kit -DCMAKE_BUILD_TYPE=Release -DDTL_BUILD_TESTS=OFF -DDTL_BUILD_TRAINER=OFF \
+  '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib' >/dev/null
+cmake --build build-gpu-kit -j"$(nproc)" --target dtlaunch
+cp build-gpu-kit/apps/dtlaunch/dtlaunch "$kit/bin/"
+# Every shared library but the C library's own (libc, libm, the loader: the device has newer ones).
+ldd "$kit/bin/dtlaunch" | awk '/=> \// {print $3}' | grep -v -E '/(libc|libm|ld-linux[^/]*)\.so' |
+  while read -r lib; do cp -L "$lib" "$kit/lib/"; done
+cp -r "$(dirname "$(find /usr/include -path '*/CLI/CLI.hpp' | head -1)")" "$kit/include/"
+# The kit must run on its own libraries, found through $ORIGIN.
+"$kit/bin/dtlaunch" --version >/dev/null
+ldd "$kit/bin/dtlaunch" | awk '/=> \// {print $3}' | grep -v -E '/(libc|libm|ld-linux[^/]*)\.so' |
+  xargs readlink -f | grep -v "^$PWD/$kit/lib/" && { echo "gpu-prepare.sh: dtlaunch still uses system libraries (above)" >&2; exit 1; }
+glibc=$(objdump -T "$kit/bin/dtlaunch" "$kit"/lib/*.so* 2>/dev/null | grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2 -n -u | tail -1)
+echo "gpu-prepare.sh: $kit is $(du -sh "$kit" | cut -f1), needs $glibc or newer on the device;"
+echo "  device run: scripts/gpu-check.sh with carry [\"$kit\"] (see README, 'GPU check')"
