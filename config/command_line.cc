@@ -199,7 +199,8 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
     for (auto& c : dashed) c = c == '_' ? '-' : c;
     if (dashed != name) names += ",--" + dashed;
     if (!short_name.empty()) names = short_name + "," + names;
-    f.option = app.add_option(names, f.value, help);
+    // Given twice, the last value wins, as with torchrun's argparse (wrappers append overrides).
+    f.option = app.add_option(names, f.value, help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     return f;
   };
   auto add_flag = [&](const std::string& name, const std::string& help, const std::string& short_name = "") -> Flag& {
@@ -258,7 +259,8 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   CLI::Option* config_option = app.add_option(
       "--config_file,--config-file", config_file_flag,
       "YAML settings (dtlaunch's or accelerate's); default $DTLAUNCH_CONFIG_FILE, else "
-      "~/.config/dtlaunch/default_config.yaml when it exists; '' for none");
+      "~/.config/dtlaunch/default_config.yaml when it exists; '' for none")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   bool print_config = false;
   app.add_flag("--print_config,--print-config", print_config,
                "print the settings in effect and where each comes from, then exit");

@@ -118,3 +118,9 @@ TEST_CASE("fake gpus come from the flag or DTLAUNCH_FAKE_GPUS") {
   CHECK(*ok({"t.py"}, {{"DTLAUNCH_FAKE_GPUS", "3"}}).fake_gpus == 3);
   CHECK_FALSE(ok({"t.py"}).fake_gpus);
 }
+
+TEST_CASE("a flag given twice takes its last value, as torchrun's argparse does") {
+  CHECK(ok({"--nproc_per_node", "1", "--nproc_per_node", "2", "train.py"}).nproc_per_node.count == 2);
+  CHECK(ok({"--nproc_per_node=1", "--nproc-per-node=3", "train.py"}).nproc_per_node.count == 3);
+  CHECK(ok({"--max_restarts=1", "--max_restarts=4", "train.py"}).max_restarts == 4);
+}
