@@ -1,5 +1,6 @@
 #include "config/wizard.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
@@ -96,6 +97,10 @@ void ask_layout(Questions& q, const MachineFacts& machine, WizardAnswers& a) {
                            [](const std::string& s) -> std::string {
                              if (s.empty()) return "an address is needed";
                              if (s.find_first_of(" \t,") != std::string::npos) return "expected one address, got '" + s + "'";
+                             // One colon is host:port (IPv6 addresses have several): the endpoint would not parse.
+                             if (std::count(s.begin(), s.end(), ':') == 1 || s.front() == '[') {
+                               return "expected the address alone (the port is the next question), got '" + s + "'";
+                             }
                              return "";
                            });
     a.main_port = static_cast<int>(q.number("Which port does the machine with rank 0 listen on?", 29500, 1, 65535,
@@ -256,7 +261,8 @@ std::string render_config(const WizardAnswers& a, const std::string& written_by)
       line("master_port", std::to_string(a.main_port));
     } else {
       line("rdzv_backend", a.rdzv_backend);
-      line("rdzv_endpoint", a.main_address + ":" + std::to_string(a.main_port));
+      const bool ipv6 = a.main_address.find(':') != std::string::npos;  // host:port needs [fd00::1]:port
+      line("rdzv_endpoint", (ipv6 ? "[" + a.main_address + "]" : a.main_address) + ":" + std::to_string(a.main_port));
     }
   } else {
     line("master_port", std::to_string(a.main_port));

@@ -183,6 +183,16 @@ TEST_CASE("machine 0 is offered its own host name, and other networks get a rend
   CHECK(o.use_cpu);
 }
 
+TEST_CASE("the address is asked again when it carries a port, and an IPv6 endpoint gets brackets") {
+  ScriptedTerminal term({"cpu", "2", "1", "10.0.0.1:29600", "fd00::1", "29600", "no", "c10d", "2", "", "", ""});
+  auto a = answered(term, kNoGpu);
+  CHECK(term.transcript.find("of the machine with rank 0? 10.0.0.1:29600\n"
+                             "  expected the address alone (the port is the next question), got '10.0.0.1:29600'; "
+                             "please answer again\n") != std::string::npos);
+  auto o = loaded(a);
+  CHECK(o.rdzv_endpoint == "[fd00::1]:29600");
+}
+
 TEST_CASE("the end of input or Ctrl-C stops the wizard with no answers") {
   ScriptedTerminal eof({"cpu", "1"});
   auto r = run_wizard(eof, kNoGpu);
