@@ -375,7 +375,12 @@ ConfigResult parse_config(const std::string& text, const std::string& path, cons
   try {
     YAML::Node root;
     try {
-      root = YAML::Load(text);
+      // PyYAML (accelerate) refuses a second document; YAML::Load would ignore it silently.
+      auto docs = YAML::LoadAll(text);
+      if (docs.size() > 1) {
+        return r.at(docs[1].Mark()) + ": expected one YAML document, got a second one (after '---')";
+      }
+      if (!docs.empty()) root = docs.front();
     } catch (const YAML::ParserException& e) {
       return r.at(e.mark) + ": YAML syntax error: " + e.msg;
     }

@@ -176,6 +176,13 @@ TEST_CASE("YAML syntax errors and wrong types name the file, line, column and ke
   CHECK(error("env:\n  A: [1]\n") == "cfg.yaml:2:6: env: A: expected a single value, got a list");
 }
 
+TEST_CASE("a file of several YAML documents is an error, not the first one silently") {
+  CHECK(error("nproc_per_node: 2\n---\nnproc_per_nod: 3\n") ==
+        "cfg.yaml:3:1: expected one YAML document, got a second one (after '---')");
+  CHECK(error("---\n...\n---\nbogus: 1\n") == "cfg.yaml:4:1: expected one YAML document, got a second one (after '---')");
+  CHECK(ok("---\nnproc_per_node: 2\n...\n").nproc_per_node.count == 2);
+}
+
 TEST_CASE("values from a file are checked like flags, and the error names the file") {
   CHECK(error("nproc_per_node: 0\n") ==
         "cfg.yaml:1:17: nproc_per_node: expected a positive integer or one of gpu, cpu, auto, got '0'");
