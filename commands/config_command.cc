@@ -199,6 +199,10 @@ int run_show(const ConfigArgs& a, const config::EnvLookup& env) {
 
 int run_validate(const ConfigArgs& a) {
   if (!a.file || a.file->empty()) return fail("config validate: which file? (usage: dtlaunch config validate FILE)");
+  // Read here first, so that a missing file is named as the user gave it (not as --config_file).
+  if (auto read = config::disk_files()(*a.file); read.status != config::FileRead::Status::ok) {
+    return fail("config validate: cannot read '" + *a.file + "': " + read.text);
+  }
   // The file alone: no flags and no variables take part.
   auto r = config::parse_command_line({"--config_file", *a.file, "--print_config"},
                                       [](const std::string&) { return std::optional<std::string>(); });

@@ -162,6 +162,11 @@ class Wizard(LaunchTest):
         r = self.config("validate")
         self.assertEqual((r.returncode, r.stderr),
                          (2, "dtlaunch: error: config validate: which file? (usage: dtlaunch config validate FILE)\n"))
+        missing = os.path.join(self.tmp, "missing.yaml")
+        r = self.config("validate", missing)  # no --config_file was given: the message must not name it
+        self.assertEqual((r.returncode, r.stderr, r.stdout),
+                         (2, f"dtlaunch: error: config validate: cannot read '{missing}': No such file or directory\n",
+                          ""))
         r = self.config("--bogus")
         self.assertEqual((r.returncode, r.stderr),
                          (2, "dtlaunch: error: config: unknown option --bogus (see dtlaunch config --help)\n"))
