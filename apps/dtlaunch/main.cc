@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
+#include <system_error>
 
 #include <boost/asio/io_context.hpp>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -106,7 +108,14 @@ int main(int argc, char** argv) {
     }
 
     launcher::OrphanGuard guard;
-    launcher::RunLogDir logs(plan.log_dir, plan.group.run_id, !plan.writes_log_files());
+    std::optional<launcher::RunLogDir> run_logs;
+    try {
+      run_logs.emplace(plan.log_dir, plan.group.run_id, !plan.writes_log_files());
+    } catch (const std::system_error& e) {
+      // A --log_dir that cannot be made is bad input (exit 2, nothing started); a full /tmp is not.
+      return fail(std::string("dtlaunch: error: ") + e.what(), plan.log_dir.empty() ? 1 : 2);
+    }
+    launcher::RunLogDir& logs = *run_logs;
     // Should dtlaunch be SIGKILLed, the guard removes what only this run could have used.
     if (logs.temporary() && !plan.writes_log_files()) guard.remove_on_death(logs.root());
     boost::asio::io_context io;

@@ -83,6 +83,17 @@ class BadInput(LaunchTest):
                    "--rdzv_conf: unknown key 'join_timout' (known: join_timeout, last_call_timeout, close_timeout, "
                    "keep_alive_interval, keep_alive_max_attempt, heartbeat_timeout, is_host, read_timeout)")
 
+    def test_a_log_dir_that_cannot_be_created(self):
+        not_a_dir = os.path.join(self.tmp, "file")
+        open(not_a_dir, "w").close()
+        out = os.path.join(self.tmp, "touched")
+        os.makedirs(out)
+        r = self.launch("--master_port=0", "--log_dir", os.path.join(not_a_dir, "logs"), "--tee=3",
+                        *self.worker("touch", out))
+        self.assertEqual((r.returncode, r.stdout, r.stderr.count("\n")), (2, "", 1), r.stderr)
+        self.assertIn("cannot create --log_dir", r.stderr)
+        self.assertEqual(os.listdir(out), [])
+
     def test_a_value_missing_after_a_flag(self):
         r = self.launch("--nproc_per_node")
         self.assertEqual(r.returncode, 2)
