@@ -59,7 +59,9 @@ std::pair<std::string, int> parse_endpoint(const std::string& text, int default_
   if (!port_text.empty() || text.back() == ':') {
     char* end = nullptr;
     long p = std::strtol(port_text.c_str(), &end, 10);
-    if (port_text.empty() || *end != '\0' || p < 1 || p > 65535) {
+    // digits only: strtol would also take a sign or leading blanks ("+80", " 80")
+    const bool digits = port_text.find_first_not_of("0123456789") == std::string::npos;
+    if (port_text.empty() || !digits || *end != '\0' || p < 1 || p > 65535) {
       throw std::invalid_argument("port '" + port_text + "' is not in 1..65535");
     }
     port = static_cast<int>(p);

@@ -24,6 +24,10 @@ TEST_CASE("bad endpoints name what is wrong") {
   CHECK_THROWS_WITH(parse_endpoint(":80", 1), "no host in ':80'");
   CHECK_THROWS_WITH(parse_endpoint("::1:80", 1), "IPv6 addresses go in brackets: [::1:80]");
   CHECK_THROWS_WITH(parse_endpoint("[::1", 1), "unclosed '[' in '[::1'");
+  // strtol alone would take these as port 80
+  CHECK_THROWS_WITH(parse_endpoint("host:+80", 1), "port '+80' is not in 1..65535");
+  CHECK_THROWS_WITH(parse_endpoint("host: 80", 1), "port ' 80' is not in 1..65535");
+  CHECK_THROWS_WITH(parse_endpoint("[::1]:-0", 1), "port '-0' is not in 1..65535");
 }
 
 TEST_CASE("loopback is local, a documentation address is not") {
