@@ -171,6 +171,10 @@ struct ElasticAgent::Impl {
         }
         spdlog::info("the rendezvous on {}:{} is hosted by another agent on this machine", opts.server->host,
                      opts.server->port);
+      } catch (const std::runtime_error& e) {
+        // an address that does not resolve or is not this machine's: bad input, nothing started
+        std::fprintf(stderr, "dtlaunch: error: %s\n", e.what());
+        return 2;
       }
     }
     client = std::make_unique<rdzv::Client>(

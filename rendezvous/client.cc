@@ -45,7 +45,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     boost::system::error_code ec;
     tcp::resolver resolver(io);
     auto endpoints = resolver.resolve(opts.host, std::to_string(opts.port), ec);
-    if (ec) return fail("cannot resolve the rendezvous endpoint '" + opts.host + "': " + ec.message(), false);
+    // a name that does not resolve is bad input, like a refusal: exit 2
+    if (ec) return fail("cannot resolve the rendezvous endpoint '" + opts.host + "': " + ec.message(), true);
     sock = tcp::socket(io);
     asio::async_connect(sock, endpoints, [self = shared_from_this()](const boost::system::error_code& ec,
                                                                     const tcp::endpoint&) {

@@ -94,6 +94,18 @@ class BadInput(LaunchTest):
         self.assertIn("cannot create --log_dir", r.stderr)
         self.assertEqual(os.listdir(out), [])
 
+    def test_a_rendezvous_address_that_is_not_this_machines_or_does_not_resolve(self):
+        # 192.0.2.1 is a documentation address: no machine has it, so this node cannot host there
+        self.check(["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=192.0.2.1:29400", "--rdzv_conf=is_host=1",
+                    "--no_python", "true"], "cannot listen on 192.0.2.1:29400: Cannot assign requested address")
+        for node_rank in (0, 1):  # node 0 hosts there, node 1 connects there
+            r = self.launch("--nnodes=2", f"--node_rank={node_rank}", "--master_addr=no-such-host.invalid",
+                            "--rdzv_conf=join_timeout=2", "--no_python", "true")
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+            self.assertRegex(r.stderr, r"^dtlaunch: error: .*cannot resolve the rendezvous (address|endpoint) "
+                                       r"'no-such-host.invalid'")
+
     def test_a_value_missing_after_a_flag(self):
         r = self.launch("--nproc_per_node")
         self.assertEqual(r.returncode, 2)
