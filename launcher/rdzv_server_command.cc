@@ -25,7 +25,7 @@ int run_rdzv_server_command(const std::vector<std::string>& args, const config::
   app.add_option("--rdzv_backend,--rdzv-backend", backend, "static or c10d (default)")
       ->check(CLI::IsMember({"static", "c10d"}));
   app.add_option("--rdzv_id,--rdzv-id,--run_id,--run-id", run_id, "job id the agents must give");
-  app.add_option("--max_restarts,--max-restarts", max_restarts, "as the agents give it")->check(CLI::NonNegativeNumber);
+  app.add_option("--max_restarts,--max-restarts", max_restarts, "as the agents give it")->check(CLI::Range(0, 1000000));
   app.add_option("--rdzv_conf,--rdzv-conf", conf, "join_timeout, last_call_timeout, keep_alive_interval, ...");
   app.add_option("--rdzv_token,--rdzv-token", token, "shared secret (or DTLAUNCH_RDZV_TOKEN)");
   app.add_option("--rdzv_token_file,--rdzv-token-file", token_file, "file holding the shared secret");
@@ -41,8 +41,10 @@ int run_rdzv_server_command(const std::vector<std::string>& args, const config::
   }
 
   rendezvous::ServerOptions opts;
+  std::string flag = "--nnodes", value = nnodes;  // named in the error line, as the agents' flags are
   try {
     auto [min, max] = config::parse_nnodes(nnodes);
+    flag = "--rdzv_conf", value = conf;
     auto rc = config::parse_rdzv_conf(conf);
     opts.round.min_nodes = min;
     opts.round.max_nodes = max;
@@ -51,7 +53,9 @@ int run_rdzv_server_command(const std::vector<std::string>& args, const config::
     opts.heartbeat_interval = std::chrono::milliseconds(static_cast<long long>(rc.keep_alive_interval_s * 1000));
     opts.heartbeat_misses = rc.keep_alive_max_attempt;
   } catch (const std::invalid_argument& e) {
-    std::cerr << "dtlaunch rdzv-server: error: " << e.what() << "\n";
+    const bool got = std::string(e.what()).rfind("expected", 0) == 0;
+    std::cerr << "dtlaunch rdzv-server: error: " << flag << ": " << e.what() << (got ? " (got '" + value + "')" : "")
+              << "\n";
     return 2;
   }
   auto t = rendezvous::read_token(token.empty() ? std::nullopt : std::optional(token), env("DTLAUNCH_RDZV_TOKEN"),
