@@ -123,8 +123,9 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
   auto seconds = [](const std::string& key, const std::string& v) {
     char* end = nullptr;
     double s = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || !(s > 0) || s > 1e7) {
-      throw std::invalid_argument(key + " expects seconds > 0 (got '" + v + "')");
+    // the timers count milliseconds: less than one would be a zero interval or timeout
+    if (v.empty() || *end != '\0' || !(s >= 0.001) || s > 1e7) {
+      throw std::invalid_argument(key + " expects seconds >= 0.001 (got '" + v + "')");
     }
     return s;
   };

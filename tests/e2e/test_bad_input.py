@@ -109,7 +109,7 @@ class BadInput(LaunchTest):
     def test_rdzv_server_bad_input_names_the_flag_in_one_short_line(self):
         for args, message in ((["--max_restarts=-1"], "--max_restarts: Value -1 not in range 0 to 1000000"),
                               (["--nnodes=2:1"], "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX (got '2:1')"),
-                              (["--rdzv_conf=join_timeout=0"], "--rdzv_conf: join_timeout expects seconds > 0 (got '0')")):
+                              (["--rdzv_conf=join_timeout=0"], "--rdzv_conf: join_timeout expects seconds >= 0.001 (got '0')")):
             r = self.launch("rdzv-server", *args)
             self.assertEqual((r.returncode, r.stderr, r.stdout), (2, "dtlaunch rdzv-server: error: " + message + "\n", ""))
 

@@ -124,3 +124,12 @@ TEST_CASE("a flag given twice takes its last value, as torchrun's argparse does"
   CHECK(ok({"--nproc_per_node=1", "--nproc-per-node=3", "train.py"}).nproc_per_node.count == 3);
   CHECK(ok({"--max_restarts=1", "--max_restarts=4", "train.py"}).max_restarts == 4);
 }
+
+TEST_CASE("rdzv_conf durations below the millisecond the timers count in are refused") {
+  // 0.0001 s became a 0 ms heartbeat interval: the node dropped its own rendezvous at once
+  CHECK_THROWS_WITH(parse_rdzv_conf("keep_alive_interval=0.0001"),
+                    "keep_alive_interval expects seconds >= 0.001 (got '0.0001')");
+  CHECK_THROWS_WITH(parse_rdzv_conf("join_timeout=0"), "join_timeout expects seconds >= 0.001 (got '0')");
+  CHECK(parse_rdzv_conf("keep_alive_interval=0.001").keep_alive_interval_s == Approx(0.001));
+  CHECK(parse_rdzv_conf("last_call_timeout=0.2").last_call_timeout_s == Approx(0.2));
+}
