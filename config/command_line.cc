@@ -179,6 +179,38 @@ std::vector<int> parse_signal_list(const std::string& text) {
   return sigs;
 }
 
+namespace {
+
+/// The launcher's own arguments (up to the program) rewritten where torchrun's argparse and CLI11
+/// read them differently: `--flag=` is an empty value (CLI11 would take the next argument as the
+/// value), and `-r=3` is `-r 3` (CLI11 would read '=3').
+std::vector<std::string> argparse_spellings(const CLI::App& app, const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--" || a.size() < 2 || a[0] != '-') break;  // the program and its arguments
+    const bool is_long = a[1] == '-';
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(0, eq);
+    const CLI::Option* opt = app.get_option_no_throw(name);
+    if (!opt) break;  // unknown: CLI11 says so
+    const bool takes_value = opt->get_expected_min() > 0;
+    if (takes_value && eq != std::string::npos && (eq + 1 == a.size() || !is_long)) {
+      out.push_back(name);
+      out.push_back(a.substr(eq + 1));
+      continue;
+    }
+    out.push_back(a);
+    const bool attached = eq != std::string::npos || (!is_long && a.size() > 2);
+    if (takes_value && !attached && i + 1 < args.size()) out.push_back(args[++i]);
+  }
+  out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  return out;
+}
+
+}  // namespace
+
 ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLookup& env,
                                const ReadFile& files) {
   CLI::App app{"dtlaunch: start one worker per GPU with torchrun's environment, and supervise them",
@@ -266,7 +298,8 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   app.add_flag("--print_config,--print-config", print_config,
                "print the settings in effect and where each comes from, then exit");
 
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  std::vector<std::string> reversed = argparse_spellings(app, args);
+  std::reverse(reversed.begin(), reversed.end());
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp& e) {

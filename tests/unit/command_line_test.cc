@@ -133,3 +133,24 @@ TEST_CASE("rdzv_conf durations below the millisecond the timers count in are ref
   CHECK(parse_rdzv_conf("keep_alive_interval=0.001").keep_alive_interval_s == Approx(0.001));
   CHECK(parse_rdzv_conf("last_call_timeout=0.2").last_call_timeout_s == Approx(0.2));
 }
+
+TEST_CASE("an option written --flag= has an empty value, it does not take the next argument") {
+  // CLI11 read `--role= --no_python ./w` as role '--no_python' and then ran ./w through python
+  CHECK(parse({"--role=", "--no_python", "./w"}).output == "dtlaunch: error: --role: expected a non-empty role name");
+  auto o = ok({"--log_dir=", "--no_python", "./w"});
+  CHECK(o.log_dir.empty());
+  CHECK(o.no_python);
+  CHECK(o.program == "./w");
+  CHECK(ok({"--rdzv_endpoint=", "--nnodes=2", "train.py"}).max_nodes == 2);  // empty: not given
+  auto r = parse({"--nproc_per_node=", "train.py"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.rfind("dtlaunch: error: --nproc_per_node: expected", 0) == 0);
+  // after the program, `--x=` belongs to the program
+  CHECK(ok({"train.py", "--suffix=", "--x"}).program_args == std::vector<std::string>{"--suffix=", "--x"});
+}
+
+TEST_CASE("a short option takes its value after '=' too, as torchrun's argparse does") {
+  CHECK(ok({"-r=3", "train.py"}).redirects.all == Streams::both);
+  CHECK(ok({"-t=1", "train.py"}).tee.all == Streams::out);
+  CHECK(ok({"-t", "2", "-r3", "train.py"}).tee.all == Streams::err);
+}
