@@ -131,7 +131,7 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
   };
   for (const auto& item : split(text, ',')) {
     auto eq = item.find('=');
-    if (eq == std::string::npos) throw std::invalid_argument("expected key=value pairs, got '" + item + "'");
+    if (eq == std::string::npos) throw std::invalid_argument("'" + item + "' is not key=value");
     std::string key = trim(item.substr(0, eq)), v = trim(item.substr(eq + 1));
     if (key == "join_timeout" || key == "timeout") {
       conf.join_timeout_s = seconds(key, v);

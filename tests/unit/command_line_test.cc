@@ -154,3 +154,9 @@ TEST_CASE("a short option takes its value after '=' too, as torchrun's argparse 
   CHECK(ok({"-t=1", "train.py"}).tee.all == Streams::out);
   CHECK(ok({"-t", "2", "-r3", "train.py"}).tee.all == Streams::err);
 }
+
+TEST_CASE("an rdzv_conf item without '=' is named once") {
+  CHECK_THROWS_WITH(parse_rdzv_conf("join_timeout=3,foo"), "'foo' is not key=value");
+  CHECK(parse({"--nnodes=2", "--rdzv_conf=join_timeout", "train.py"}).output ==
+        "dtlaunch: error: --rdzv_conf: 'join_timeout' is not key=value");
+}
