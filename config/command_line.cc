@@ -500,6 +500,11 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   if (rest.empty()) {
     return {std::nullopt, 2, "dtlaunch: error: no program to launch (usage: dtlaunch [options] program [args...])"};
   }
+  for (const auto& f : flags) {
+    if (f.option->count() == 0 && !f.source.empty()) {  // a variable or the config file
+      o.set_by[f.name] = f.source + (f.note.empty() ? "" : " (" + f.note + ")");
+    }
+  }
   o.program = rest.front();
   o.program_args.assign(rest.begin() + 1, rest.end());
   ParseResult result{std::move(o), 0, ""};

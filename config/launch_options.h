@@ -83,6 +83,16 @@ struct LaunchOptions {
   /// The config file's `env:` entries that no inherited variable overrides, in file order.
   std::vector<std::pair<std::string, std::string>> extra_env;
   std::string config_file;  ///< the config file in effect; empty: none
+  /// Settings that came from a variable or the config file: name -> where ("PET_NPROC_PER_NODE",
+  /// "cfg.yaml:2:19: distributed_type (...)"), so later errors name what the user wrote.
+  std::map<std::string, std::string> set_by;
+
+  /// How an error names setting `name` whose value is `value`: "--name=value" when it came from
+  /// the command line or the default, else "name=value (from <where>)".
+  std::string named(const std::string& name, const std::string& value) const {
+    auto it = set_by.find(name);
+    return it == set_by.end() ? "--" + name + "=" + value : name + "=" + value + " (from " + it->second + ")";
+  }
 };
 
 /// The variables a launch adds to the inherited environment for dtlaunch and its workers alike:

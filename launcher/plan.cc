@@ -11,6 +11,12 @@
 namespace dtl::launcher {
 namespace {
 
+std::string ids_text(const std::vector<int>& ids) {
+  std::vector<std::string> items;
+  for (int id : ids) items.push_back(std::to_string(id));
+  return text::join(items);
+}
+
 using config::GpuVisibility;
 using config::NprocSpec;
 
@@ -92,7 +98,7 @@ std::variant<LaunchPlan, PlanError> make_plan(const config::LaunchOptions& o, co
     case NprocSpec::Kind::auto_: plan.nproc = ngpus > 0 ? ngpus : host.cpu_count; break;
     case NprocSpec::Kind::gpu:
       if (ngpus == 0) {
-        return error("--nproc_per_node=gpu but no GPU is visible (" +
+        return error(o.named("nproc_per_node", "gpu") + " but no GPU is visible (" +
                      (host.gpus.gpus.empty() ? std::string("none found through NVML or nvidia-smi")
                                              : "CUDA_VISIBLE_DEVICES/--gpu_ids select none") +
                      "; --fake_gpus N pretends to have N)");
@@ -101,8 +107,8 @@ std::variant<LaunchPlan, PlanError> make_plan(const config::LaunchOptions& o, co
       break;
   }
   if (o.gpu_ids && o.nproc_per_node.kind == NprocSpec::Kind::count && plan.nproc > ngpus) {
-    return error("--nproc_per_node=" + std::to_string(plan.nproc) + " is more than the " + std::to_string(ngpus) +
-                 " GPUs listed in --gpu_ids");
+    return error(o.named("nproc_per_node", std::to_string(plan.nproc)) + " is more than the " +
+                 std::to_string(ngpus) + " GPUs listed in " + o.named("gpu_ids", ids_text(*o.gpu_ids)));
   }
   plan.cuda_visible_devices.assign(plan.nproc, std::nullopt);
   const bool use_gpus = ngpus > 0 && o.nproc_per_node.kind != NprocSpec::Kind::cpu;

@@ -67,6 +67,14 @@ class ConfigFiles(LaunchTest):
         self.assertEqual(sorted(re.findall(r"^\[default\d\]:(.*)$", r.stdout, re.M)),
                          ["mp=no cpu=unset debug=true nccl=unset cvd=1", "mp=no cpu=unset debug=true nccl=unset cvd=3"])
 
+    def test_a_multi_gpu_file_on_a_machine_without_gpus_is_refused_naming_the_file(self):
+        path = self.write("acc.yaml", "distributed_type: MULTI_GPU\nnum_machines: 1\n")
+        r = self.launch("--config_file", path, *self.worker("env"))
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertEqual(r.stderr, f"dtlaunch: error: nproc_per_node=gpu (from {path}:1:19: distributed_type (no "
+                                   "num_processes: one per GPU)) but no GPU is visible (none found through NVML or "
+                                   "nvidia-smi; --fake_gpus N pretends to have N)\n")
+
     def test_an_accelerate_cpu_file_leaves_the_gpus_alone(self):
         path = self.write("cpu.yaml", "distributed_type: MULTI_CPU\nnum_processes: 3\nmain_process_port: 0\n"
                                       "mixed_precision: bf16\nuse_cpu: true\n")

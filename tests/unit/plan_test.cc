@@ -81,7 +81,20 @@ TEST_CASE("more workers than gpu_ids is refused") {
   Fixture f;
   f.gpus = discover_gpus(4);
   CHECK(f.refused({"--gpu_ids=0,1", "--nproc_per_node=3", "--no_python", "true"}).message ==
-        "dtlaunch: error: --nproc_per_node=3 is more than the 2 GPUs listed in --gpu_ids");
+        "dtlaunch: error: --nproc_per_node=3 is more than the 2 GPUs listed in --gpu_ids=0,1");
+}
+
+TEST_CASE("a refused setting that came from a variable is named as the user set it") {
+  Fixture f;
+  f.env["PET_NPROC_PER_NODE"] = "gpu";
+  CHECK(f.refused({"--no_python", "true"}).message ==
+        "dtlaunch: error: nproc_per_node=gpu (from PET_NPROC_PER_NODE) but no GPU is visible (none found through "
+        "NVML or nvidia-smi; --fake_gpus N pretends to have N)");
+  f.gpus = discover_gpus(4);
+  f.env.erase("PET_NPROC_PER_NODE");
+  f.env["PET_GPU_IDS"] = "1,3";
+  CHECK(f.refused({"--nproc_per_node=3", "--no_python", "true"}).message ==
+        "dtlaunch: error: --nproc_per_node=3 is more than the 2 GPUs listed in gpu_ids=1,3 (from PET_GPU_IDS)");
 }
 
 TEST_CASE("the master port is checked, and standalone asks for a free one") {
