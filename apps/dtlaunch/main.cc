@@ -1,5 +1,6 @@
 // dtlaunch: torchrun's command line, an event-driven supervisor underneath. This file only wires
 // the libraries together: parse, look at the machine, plan, supervise.
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -49,6 +50,12 @@ void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
 
 int main(int argc, char** argv) {
   using namespace dtl;
+  // Started with 0, 1 or 2 closed (`dtlaunch ... >&-`), the next descriptors opened would land there:
+  // the orphan guard's pipe (which the guard then closes with its stdin and stdout) or the event
+  // loop's, which the console would then write into. /dev/null holds those places instead.
+  for (int fd = 0; fd < 3; ++fd) {
+    if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) return 1;
+  }
   auto env = config::process_env();
   if (auto code = commands::run_subcommand(std::vector<std::string>(argv + 1, argv + argc), env)) return *code;
   if (argc > 1 && std::string_view(argv[1]) == "rdzv-server") {

@@ -2,8 +2,10 @@
 import os
 import pathlib
 import signal
+import subprocess
+import time
 
-from common import LaunchTest, main
+from common import DTLAUNCH, LaunchTest, main
 
 
 class Signals(LaunchTest):
@@ -81,6 +83,24 @@ class Signals(LaunchTest):
         # and removed the run's directory before it went
         self.assertEqual(os.listdir(tmpdir), [])
         run.finish()
+
+    def test_with_stdin_and_stdout_closed_a_sigkilled_dtlaunch_still_leaves_no_grandchild(self):
+        # `dtlaunch ... <&- >&-`: the lowest free descriptors are 0 and 1, where the orphan guard's
+        # pipe must not land (the guard closes 0 and 1, and so lost its pipe and exited at once)
+        proc = subprocess.Popen(["/bin/sh", "-c", 'exec "$@" <&- >&-', "sh", DTLAUNCH, "--nproc_per_node=2",
+                                 "--master_port=0", *self.worker("grandchild", self.tmp)],
+                                env=self.env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while sorted(os.listdir(self.tmp)) != ["0.pid", "1.pid"] or \
+                any(os.path.getsize(os.path.join(self.tmp, f)) == 0 for f in os.listdir(self.tmp)):
+            self.assertIsNone(proc.poll(), "dtlaunch exited before its workers started")
+            self.assertLess(time.monotonic(), deadline, "the workers did not start")
+            time.sleep(0.01)
+        proc.kill()
+        err = proc.communicate(timeout=10)[1].decode()
+        self.assertNotIn("orphan guard", err)
+        # tearDown proves the grandchildren are gone: only the guard could have stopped them
 
     def test_signals_to_handle_limits_what_is_forwarded(self):
         run = self.start_paused("--signals_to_handle=SIGUSR1", *self.worker("pause"), nproc=2)
