@@ -182,7 +182,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (!conns.count(c->id)) return;
     const bool joined = c->state == Conn::State::joined;
     if (c->state == Conn::State::challenged && why == "connection closed") {
-      spdlog::warn("rendezvous: {} hung up after the challenge: its --rdzv_token differs or is missing (or it was stopped)", c->peer);
+      spdlog::warn("rendezvous: {} hung up after the challenge: its --rdzv_token differs or is missing "
+                   "(or it was stopped)", c->peer);
     } else if (!joined) {
       spdlog::info("rendezvous: dropped {} before it joined: {}", c->peer, why);
     }
