@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <random>
 
 #include <boost/asio/signal_set.hpp>
@@ -166,14 +165,14 @@ struct ElasticAgent::Impl {
           std::string msg = is_static ? "--master_port " + std::to_string(opts.server->port) + " is already in use on " +
                                             opts.server->host + ": is another node 0 of this job running?"
                                       : e.what();
-          std::fprintf(stderr, "dtlaunch: error: %s\n", msg.c_str());
+          console.write(2, "dtlaunch: error: " + msg + "\n");  // after what is queued already
           return 2;
         }
         spdlog::info("the rendezvous on {}:{} is hosted by another agent on this machine", opts.server->host,
                      opts.server->port);
       } catch (const std::runtime_error& e) {
         // an address that does not resolve or is not this machine's: bad input, nothing started
-        std::fprintf(stderr, "dtlaunch: error: %s\n", e.what());
+        console.write(2, std::string("dtlaunch: error: ") + e.what() + "\n");
         return 2;
       }
     }
