@@ -269,7 +269,10 @@ std::string render_config(const WizardAnswers& a, const std::string& written_by)
   }
   line("mixed_precision", a.mixed_precision);
   line("max_restarts", std::to_string(a.max_restarts));
-  if (!a.log_dir.empty()) line("log_dir", a.log_dir);
+  if (!a.log_dir.empty()) {
+    line("log_dir", a.log_dir);
+    line("tee", "3");  // the answer asked for log files: each rank's stdout and stderr, and the console too
+  }
   return out;
 }
 

@@ -73,18 +73,26 @@ class Wizard(LaunchTest):
         self.assertEqual({lr: e["CUDA_VISIBLE_DEVICES"] for lr, e in parse_env(r.stdout).items()}, {0: "2"})
 
     def test_several_gpus_from_piped_answers_with_an_invalid_answer_asked_again(self):
+        logs = os.path.join(self.tmp, "logs")
         r = self.config("--config_file", self.path, "--fake_gpus=4",
-                        answers="multi-gpu\n1\n0\n5\n3\n0,1,3\nno\n0\nlogs\n")
+                        answers=f"multi-gpu\n1\n0\n5\n3\n0,1,3\nno\n0\n{logs}\n")
         self.assertExitCode(r, 0)
         self.assertIn("How many processes (one per GPU) per machine? [4]: 5\n"
                       "  this machine has 4 GPUs, and two processes cannot share one (NCCL); please answer again\n"
                       "How many processes (one per GPU) per machine? [4]: 3\n", r.stdout)
         self.assertIn("nproc_per_node: 3\ngpu_ids: 0,1,3\nnnodes: 1\nmaster_port: 0\nmixed_precision: 'no'\n"
-                      "max_restarts: 0\nlog_dir: logs\n", self.written())
+                      f"max_restarts: 0\nlog_dir: {logs}\ntee: 3\n", self.written())
         r = self.launch("--config_file", self.path, "--fake_gpus=4", *self.worker("env"))
         self.assertExitCode(r, 0)
         self.assertEqual({lr: e["CUDA_VISIBLE_DEVICES"] for lr, e in parse_env(r.stdout).items()},
                          {0: "0", 1: "1", 2: "3"})
+        # the answered log directory gets each rank's output (and the console still shows it)
+        files = sorted(os.path.relpath(os.path.join(d, f), logs) for d, _, fs in os.walk(logs) for f in fs
+                       if f == "stdout.log")
+        self.assertEqual(len(files), 3, files)
+        for f in files:
+            with open(os.path.join(logs, f)) as log:
+                self.assertIn("WORLD_SIZE=3\n", log.read())
 
     def test_several_machines_from_piped_answers_show_in_print_config(self):
         r = self.config("--config_file", self.path, "--fake_gpus=8",

@@ -87,7 +87,8 @@ TEST_CASE("a CPU machine: every question answered, and the file loads back to th
         "master_port: 0\n"
         "mixed_precision: bf16\n"
         "max_restarts: 2\n"
-        "log_dir: /tmp/logs\n");
+        "log_dir: /tmp/logs\n"
+        "tee: 3\n");
   auto o = loaded(a);
   CHECK(o.use_cpu);
   CHECK(o.nproc_per_node.count == 3);
@@ -95,6 +96,7 @@ TEST_CASE("a CPU machine: every question answered, and the file loads back to th
   CHECK(o.mixed_precision == "bf16");
   CHECK(o.max_restarts == 2);
   CHECK(o.log_dir == "/tmp/logs");
+  CHECK(o.tee.all == Streams::both);
 }
 
 TEST_CASE("one GPU: one process, the GPU asked for by index, Enter takes every default") {
