@@ -8,6 +8,7 @@ packages=(
   libcli11-dev libyaml-cpp-dev libboost-dev libspdlog-dev catch2
   python3 python3-torch   # the end-to-end test with a real PyTorch script, and torchrun for benchmarks
   libtorch-dev libgloo-dev   # dtl-train, the reference worker (CPU build with Gloo)
+  libopenblas0-pthread   # libtorch's CPU matrix products: Debian's default reference BLAS is ~20x slower
   libssl-dev   # HMAC for the authenticated rendezvous
   iproute2 procps
 )
