@@ -18,6 +18,7 @@
 #             far longer than the allreduce of its gradients, so small buckets hide nearly all of it)
 # BLAS_DIR    a folder with another libblas.so.3 (e.g. OpenBLAS) for both sides; Debian's libtorch
 #             uses the reference BLAS unless libopenblas0 is installed, which is ~20x slower
+#             (scripts/setup.sh installs libopenblas0-pthread, so BLAS_DIR is not needed after it)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
