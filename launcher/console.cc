@@ -87,11 +87,6 @@ void Console::forget(boost::asio::io_context& io) {
   std::erase_if(waiters_, [&](const Waiter& w) { return w.io == &io; });
 }
 
-void Console::flush() {
-  std::unique_lock lock(mutex_);
-  written_.wait(lock, [this] { return channels_[0].pending == 0 && channels_[1].pending == 0; });
-}
-
 std::shared_ptr<spdlog::sinks::sink> Console::sink() { return std::make_shared<ConsoleSink>(*this); }
 
 void Console::run(Channel& c) {
@@ -116,7 +111,6 @@ void Console::run(Channel& c) {
       for (auto& w : waiters_) boost::asio::post(*w.io, std::move(w.resume));
       waiters_.clear();
     }
-    if (c.pending == 0) written_.notify_all();
   }
 }
 

@@ -39,8 +39,6 @@ class Console {
   /// `forget(io)` drops callbacks not yet posted, for owners that go away first.
   void when_drained(boost::asio::io_context& io, std::function<void()> resume);
   void forget(boost::asio::io_context& io);
-  /// Waits until everything queued so far is written (or its reader is gone).
-  void flush();
   /// An spdlog sink writing to fd 2 through stderr's queue, so dtlaunch's messages stay in order
   /// with the workers' stderr lines. The sink must not outlive the console.
   std::shared_ptr<spdlog::sinks::sink> sink();
@@ -65,7 +63,6 @@ class Console {
 
   const size_t limit_;
   mutable std::mutex mutex_;
-  std::condition_variable written_;  ///< flush(): a channel emptied
   bool stop_ = false;
   Channel channels_[2];  ///< stdout, stderr
   std::vector<Waiter> waiters_;
