@@ -33,7 +33,6 @@ class FusedAdamW {
 
   /// The learning rate of every group from the next step on (the schedule sets it each step).
   void set_lr(double lr) { lr_ = lr; }
-  double lr() const { return lr_; }
 
   /// One update of every parameter that has a gradient; parameters without one are skipped.
   void step();
