@@ -57,11 +57,10 @@ std::pair<std::string, int> parse_endpoint(const std::string& text, int default_
   if (host.empty()) throw std::invalid_argument("no host in '" + text + "'");
   int port = default_port;
   if (!port_text.empty() || text.back() == ':') {
-    char* end = nullptr;
-    long p = std::strtol(port_text.c_str(), &end, 10);
     // digits only: strtol would also take a sign or leading blanks ("+80", " 80")
     const bool digits = port_text.find_first_not_of("0123456789") == std::string::npos;
-    if (port_text.empty() || !digits || *end != '\0' || p < 1 || p > 65535) {
+    long p = std::strtol(port_text.c_str(), nullptr, 10);
+    if (port_text.empty() || !digits || p < 1 || p > 65535) {
       throw std::invalid_argument("port '" + port_text + "' is not in 1..65535");
     }
     port = static_cast<int>(p);
