@@ -15,14 +15,14 @@ cmake -S . -B build-gpu-kit -DCMAKE_BUILD_TYPE=Release -DDTL_BUILD_TESTS=OFF -DD
   '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib' >/dev/null
 cmake --build build-gpu-kit -j"$(nproc)" --target dtlaunch
 cp build-gpu-kit/apps/dtlaunch/dtlaunch "$kit/bin/"
-# Every shared library but the C library's own (libc, libm, the loader: the device has newer ones).
-ldd "$kit/bin/dtlaunch" | awk '/=> \// {print $3}' | grep -v -E '/(libc|libm|ld-linux[^/]*)\.so' |
-  while read -r lib; do cp -L "$lib" "$kit/lib/"; done
+# Every shared library dtlaunch loads but the C library's own (libc, libm, the loader: the device has
+# newer ones).
+kit_libs() { ldd "$kit/bin/dtlaunch" | awk '/=> \// {print $3}' | grep -v -E '/(libc|libm|ld-linux[^/]*)\.so'; }
+kit_libs | while read -r lib; do cp -L "$lib" "$kit/lib/"; done
 cp -r "$(dirname "$(find /usr/include -path '*/CLI/CLI.hpp' | head -1)")" "$kit/include/"
 # The kit must run on its own libraries, found through $ORIGIN.
 "$kit/bin/dtlaunch" --version >/dev/null
-ldd "$kit/bin/dtlaunch" | awk '/=> \// {print $3}' | grep -v -E '/(libc|libm|ld-linux[^/]*)\.so' |
-  xargs readlink -f | grep -v "^$PWD/$kit/lib/" && { echo "gpu-prepare.sh: dtlaunch still uses system libraries (above)" >&2; exit 1; }
+kit_libs | xargs readlink -f | grep -v "^$PWD/$kit/lib/" && { echo "gpu-prepare.sh: dtlaunch still uses system libraries (above)" >&2; exit 1; }
 glibc=$(objdump -T "$kit/bin/dtlaunch" "$kit"/lib/*.so* 2>/dev/null | grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2 -n -u | tail -1)
 echo "gpu-prepare.sh: $kit is $(du -sh "$kit" | cut -f1), needs $glibc or newer on the device;"
 echo "  device run: scripts/gpu-check.sh with carry [\"$kit\"] (see README, 'GPU check')"
