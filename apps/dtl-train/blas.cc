@@ -1,5 +1,6 @@
 #include "blas.h"
 
+#include <dlfcn.h>
 #include <link.h>
 
 #include <filesystem>
@@ -27,6 +28,11 @@ std::string blas_advice(const std::string& path) {
   if (std::filesystem::path(path).parent_path().filename() != "blas") return "";
   return "matrix products run on the reference BLAS (" + path +
          "), about 20x slower than an optimised one; install one, e.g. apt-get install libopenblas0-pthread";
+}
+
+CblasSgemm process_cblas_sgemm() {
+  static const CblasSgemm found = reinterpret_cast<CblasSgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
+  return found;
 }
 
 }  // namespace dtl::train

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "cpu_kernels.h"
+
 namespace dtl::train {
 
 /// The resolved path of the libblas.so loaded into this process, if one is.
@@ -14,5 +16,9 @@ std::optional<std::string> loaded_blas();
 /// What to tell the user when `path` is the reference BLAS (Debian's .../blas/libblas.so.3);
 /// empty for any other (OpenBLAS, BLIS, MKL...).
 std::string blas_advice(const std::string& path);
+
+/// cblas_sgemm of the BLAS already in the process (libtorch's), or nullptr when none exports it
+/// (a libtorch with MKL linked in privately): the fused attention then falls back to torch's ops.
+CblasSgemm process_cblas_sgemm();
 
 }  // namespace dtl::train

@@ -8,11 +8,20 @@
 #include <torch/nn/init.h>
 #include <torch/version.h>
 
+#include "fused_ops.h"
+
 namespace dtl::train {
 
 namespace F = torch::nn::functional;
 
-BlockImpl::BlockImpl(const ModelShape& s) : heads_(s.heads), dropout_(s.dropout) {
+/// ATen's linear, as Python's nn.Linear calls it: the bias joins the matrix product (addmm).
+/// torch::nn::Linear::forward goes through the C++ frontend's F::linear, which for 3-D input
+/// multiplies and then adds the bias in a pass of its own.
+torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return at::linear(x, layer->weight, layer->bias);
+}
+
+BlockImpl::BlockImpl(const ModelShape& s, bool fused_cpu) : heads_(s.heads), dropout_(s.dropout), fused_cpu_(fused_cpu) {
   ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.width})));
   qkv_ = register_module("qkv", torch::nn::Linear(s.width, 3 * s.width));
   proj_ = register_module("proj", torch::nn::Linear(s.width, s.width));
@@ -27,31 +36,39 @@ BlockImpl::BlockImpl(const ModelShape& s) : heads_(s.heads), dropout_(s.dropout)
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   const auto B = x.size(0), T = x.size(1), C = x.size(2);
   const bool train = is_training() && dropout_ > 0;
-  auto qkv = qkv_->forward(ln1_->forward(x)).view({B, T, 3, heads_, C / heads_}).permute({2, 0, 3, 1, 4});
-  auto q = qkv[0], k = qkv[1], v = qkv[2];  // (B, heads, T, head width)
+  auto qkv = linear(qkv_, ln1_->forward(x));
+  torch::Tensor y;
+  if (fused_cpu_ && !train && fused_attention_usable(qkv)) {
+    y = fused_causal_attention(qkv, heads_);
+  } else {
+    auto heads = qkv.view({B, T, 3, heads_, C / heads_}).permute({2, 0, 3, 1, 4});
+    auto q = heads[0], k = heads[1], v = heads[2];  // (B, heads, T, head width)
 #if TORCH_VERSION_MAJOR >= 2
-  auto y = at::scaled_dot_product_attention(q, k, v, {}, train ? dropout_ : 0.0, /*is_causal=*/true);
+    y = at::scaled_dot_product_attention(q, k, v, {}, train ? dropout_ : 0.0, /*is_causal=*/true);
 #else
-  // Scaling q (T x head width) is cheaper than scaling the T x T scores; the mask is applied in place.
-  auto att = torch::matmul(q * (1.0 / std::sqrt(static_cast<double>(C / heads_))), k.transpose(-2, -1));
-  att.masked_fill_(causal_mask_.narrow(0, 0, T).narrow(1, 0, T), -std::numeric_limits<float>::infinity());
-  att = torch::softmax(att, -1);
-  if (train) att = F::dropout(att, F::DropoutFuncOptions().p(dropout_).training(true));
-  auto y = torch::matmul(att, v);
+    // Scaling q (T x head width) is cheaper than scaling the T x T scores; the mask is applied in place.
+    auto att = torch::matmul(q * (1.0 / std::sqrt(static_cast<double>(C / heads_))), k.transpose(-2, -1));
+    att.masked_fill_(causal_mask_.narrow(0, 0, T).narrow(1, 0, T), -std::numeric_limits<float>::infinity());
+    att = torch::softmax(att, -1);
+    if (train) att = F::dropout(att, F::DropoutFuncOptions().p(dropout_).training(true));
+    y = torch::matmul(att, v);
 #endif
-  y = proj_->forward(y.transpose(1, 2).reshape({B, T, C}));
+    y = y.transpose(1, 2).reshape({B, T, C});
+  }
+  y = linear(proj_, y);
   if (train) y = F::dropout(y, F::DropoutFuncOptions().p(dropout_).training(true));
   auto h = x + y;
-  auto m = fc_proj_->forward(torch::gelu(fc_->forward(ln2_->forward(h)), "tanh"));
+  auto u = linear(fc_, ln2_->forward(h));
+  auto m = linear(fc_proj_, fused_cpu_ && fused_gelu_usable(u) ? fused_gelu_tanh(u) : torch::gelu(u, "tanh"));
   if (train) m = F::dropout(m, F::DropoutFuncOptions().p(dropout_).training(true));
   return h + m;
 }
 
-GptImpl::GptImpl(const ModelShape& s) : shape_(s) {
+GptImpl::GptImpl(const ModelShape& s, bool fused_cpu) : shape_(s) {
   tok_ = register_module("tok", torch::nn::Embedding(s.vocab, s.width));
   pos_ = register_module("pos", torch::nn::Embedding(s.context, s.width));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
-  for (int i = 0; i < s.layers; ++i) blocks_->push_back(Block(s));
+  for (int i = 0; i < s.layers; ++i) blocks_->push_back(Block(s, fused_cpu));
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.width})));
 
   // GPT-2: N(0, 0.02) everywhere, residual projections scaled down by sqrt(2 * layers).

@@ -15,12 +15,14 @@ namespace dtl::train {
 
 class BlockImpl : public torch::nn::Module {
  public:
-  BlockImpl(const ModelShape& shape);
+  /// `fused_cpu`: GELU and attention through fused_ops.h where they take the tensors.
+  BlockImpl(const ModelShape& shape, bool fused_cpu);
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
   int heads_;
   double dropout_;
+  bool fused_cpu_;
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc_{nullptr}, fc_proj_{nullptr};
   torch::Tensor causal_mask_;  ///< only where scaled_dot_product_attention is missing (libtorch 1.x)
@@ -29,8 +31,9 @@ TORCH_MODULE(Block);
 
 class GptImpl : public torch::nn::Module {
  public:
-  /// Initialises with GPT-2's scheme from the current torch seed.
-  explicit GptImpl(const ModelShape& shape);
+  /// Initialises with GPT-2's scheme from the current torch seed; `fused_cpu` as for BlockImpl
+  /// (the parameters and what they compute are the same either way).
+  explicit GptImpl(const ModelShape& shape, bool fused_cpu = true);
   /// (batch, time) token ids -> (batch, time, vocab) logits.
   torch::Tensor forward(const torch::Tensor& tokens);
   /// Mean next-token cross-entropy of (batch, context + 1) tokens, computed in fp32.

@@ -77,6 +77,8 @@ std::string check_options(const TrainOptions& o) {
     e << "--device must be auto, cpu or cuda (got '" << o.device << "')";
   else if (o.mixed_precision != "no" && o.mixed_precision != "bf16")
     e << "--mixed_precision must be no or bf16 (got '" << o.mixed_precision << "')";
+  else if (o.cpu_kernels != "fused" && o.cpu_kernels != "torch")
+    e << "--cpu_kernels must be fused or torch (got '" << o.cpu_kernels << "')";
   else if (!(o.bucket_mb > 0)) e << "--bucket_mb must be > 0 (got " << o.bucket_mb << ")";
   else if (!(o.timeout_s > 0)) e << "--timeout must be > 0 seconds (got " << o.timeout_s << ")";
   else if (o.checkpoint_every < 1) e << "--checkpoint_every must be >= 1 (got " << o.checkpoint_every << ")";
@@ -120,6 +122,8 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
   app.add_option("--device", v.device, "auto, cpu or cuda");
   auto* mp = app.add_option("--mixed_precision", v.mixed_precision,
                  "no or bf16 (default: ACCELERATE_MIXED_PRECISION, else no)");
+  app.add_option("--cpu_kernels", v.cpu_kernels,
+                 "fused (default: dtl-train's GELU and causal attention on CPU float tensors) or torch (torch's ops)");
   app.add_option("--bucket_mb", v.bucket_mb, "gradient bucket size in MB for the overlapped allreduce (default 25)");
   app.add_option("--timeout", v.timeout_s, "seconds a collective may wait for a peer before failing (default 300)");
   app.add_option("--checkpoint_dir", v.checkpoint_dir, "directory of the checkpoint; resumed from at start when present");

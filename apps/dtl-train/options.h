@@ -39,6 +39,7 @@ struct TrainOptions {
   std::string backend = "auto";  ///< auto, nccl or gloo
   std::string device = "auto";   ///< auto, cpu or cuda
   std::string mixed_precision = "no";  ///< no or bf16
+  std::string cpu_kernels = "fused";  ///< fused (fused_ops.h where they apply) or torch (torch's ops only)
   double bucket_mb = 25;
   double timeout_s = 300;  ///< collectives and the store give up after this long
   std::string checkpoint_dir;

@@ -70,6 +70,14 @@ Placement place(const TrainOptions& o, const LaunchEnv& env) {
   return p;
 }
 
+/// What the model's GELU and attention run on, for the start line (fused_ops.h's conditions).
+std::string kernels_used(const TrainOptions& o, c10::Device device) {
+  if (o.cpu_kernels != "fused" || !device.is_cpu() || o.mixed_precision != "no") return "torch's ops";
+  if (o.model.dropout > 0) return "fused GELU, torch's attention (dropout)";
+  if (!process_cblas_sgemm()) return "fused GELU, torch's attention (no cblas_sgemm in the BLAS)";
+  return "fused GELU and attention";
+}
+
 /// bf16 autocast around a forward pass (libtorch 1.13 and 2.x spell it differently).
 class Autocast {
  public:
@@ -198,7 +206,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
 
   doing = "building the model";
   torch::manual_seed(o.seed);
-  Gpt model(o.model);
+  Gpt model(o.model, o.cpu_kernels == "fused");
   model->to(device);
   model->train();
   std::vector<at::Tensor> decay, no_decay, params;
@@ -236,7 +244,8 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
     s << "dtl-train: " << env.world_size << " rank(s), " << placement.backend << " on " << device.str() << ", "
       << (parameter_count(o.model) / 1e6) << "M parameters (" << shape_text(o.model) << "), global batch "
       << batching.global() << " x " << o.model.context << " tokens, " << reducer.bucket_count()
-      << " gradient buckets, " << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision " << o.mixed_precision << ", data " << data->describe();
+      << " gradient buckets, " << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision " << o.mixed_precision << ", " << kernels_used(o, device) << ", data "
+      << data->describe();
     say(s.str());
     if (auto blas = loaded_blas(); blas && !device.is_cuda()) {
       if (auto advice = blas_advice(*blas); !advice.empty()) say("dtl-train: warning: " + advice);

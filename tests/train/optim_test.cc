@@ -1,7 +1,6 @@
 // dtl-train's fused AdamW against torch::optim::AdamW, and its state through a save/load round trip.
-// Links libtorch, so it is an executable of its own (unit_tests stays torch-free). REQUIRE, not
+// Links libtorch, so it is in an executable of its own (unit_tests stays torch-free). REQUIRE, not
 // CHECK: libtorch's logging headers (glog) redefine CHECK.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <sstream>
@@ -156,7 +155,7 @@ TEST_CASE("fused AdamW refuses another optimizer's state", "[train][optim]") {
   REQUIRE_THROWS_WITH(fused.load(in), Catch::Contains("not dtl-train's fused AdamW"));
 }
 
-// Not run by default: `train_optim_tests "[bench]"` times one step of each optimizer over
+// Not run by default: `train_torch_tests "[bench]"` times one step of each optimizer over
 // dtl-train's default preset's parameter count (10.8M, in tensors of its sizes).
 TEST_CASE("fused AdamW step time against torch::optim::AdamW", "[.][bench]") {
   auto make = [] {
