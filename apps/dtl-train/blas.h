@@ -17,6 +17,18 @@ std::optional<std::string> loaded_blas();
 /// empty for any other (OpenBLAS, BLIS, MKL...).
 std::string blas_advice(const std::string& path);
 
+/// The kernel set OpenBLAS chose at load (openblas_get_corename: "Haswell", "SkylakeX", ...);
+/// std::nullopt when the BLAS is not OpenBLAS.
+std::optional<std::string> openblas_core();
+
+/// Whether this CPU has what OpenBLAS's AVX-512 kernels need (AVX512 F, CD, BW, DQ and VL).
+bool cpu_has_avx512();
+
+/// What to tell the user when OpenBLAS runs kernels below what the CPU can: OpenBLAS 0.3.21
+/// (Debian 12) does not know AMD's Zen 4 and Zen 5 and runs its AVX2 (Haswell) kernels there,
+/// half as fast as its AVX-512 ones on a Zen 5. Empty when there is nothing to say. Pure.
+std::string openblas_core_advice(const std::string& core, bool cpu_avx512);
+
 /// cblas_sgemm of the BLAS already in the process (libtorch's), or nullptr when none exports it
 /// (a libtorch with MKL linked in privately): the fused attention then falls back to torch's ops.
 CblasSgemm process_cblas_sgemm();

@@ -250,6 +250,9 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
     if (auto blas = loaded_blas(); blas && !device.is_cuda()) {
       if (auto advice = blas_advice(*blas); !advice.empty()) say("dtl-train: warning: " + advice);
     }
+    if (auto core = openblas_core(); core && !device.is_cuda()) {
+      if (auto advice = openblas_core_advice(*core, cpu_has_avx512()); !advice.empty()) say("dtl-train: warning: " + advice);
+    }
   }
   std::ofstream metrics;
   if (leader && !o.metrics.empty()) metrics.open(o.metrics, std::ios::app);

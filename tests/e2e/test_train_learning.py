@@ -10,6 +10,12 @@ from train_common import DTL_TRAIN, TINY, TrainTest, needs_trainer  # noqa: E402
 from common import main  # noqa: E402
 
 # Forty lines of varied but regular English: byte-level structure a tiny model picks up quickly.
+def blas_library():
+    """The libblas.so.3 that dtl-train resolves here."""
+    ldd = subprocess.run(["ldd", DTL_TRAIN], capture_output=True, text=True).stdout
+    return next(line.split("=> ")[1].split(" (")[0] for line in ldd.splitlines() if "libblas.so" in line)
+
+
 TEXT = "".join(f"The {w} number {i} is {'even' if i % 2 == 0 else 'odd'} and its square is {i * i}.\n"
                for i, w in zip(range(40), ["small", "large", "red", "blue"] * 10))
 
@@ -42,8 +48,7 @@ class Learning(TrainTest):
     def test_the_reference_blas_is_named_with_what_to_install(self):
         # The BLAS this machine resolves, copied into a folder named as Debian names the reference
         # BLAS's (.../blas/) and into one named as OpenBLAS's: only the first gets the warning.
-        ldd = subprocess.run(["ldd", DTL_TRAIN], capture_output=True, text=True).stdout
-        lib = next(line.split("=> ")[1].split(" (")[0] for line in ldd.splitlines() if "libblas.so" in line)
+        lib = blas_library()
         for folder, warned in (("blas", True), ("openblas-pthread", False)):
             os.makedirs(os.path.join(self.tmp, folder))
             shutil.copy(lib, os.path.join(self.tmp, folder, os.path.basename(lib)))
@@ -54,6 +59,20 @@ class Learning(TrainTest):
                     "apt-get install libopenblas0-pthread")
             self.assertEqual(r.stdout.count(line), 1 if warned else 0, r.stdout)
             self.assertEqual("reference BLAS" in r.stdout, warned, r.stdout)
+
+    def test_openblas_avx2_kernels_on_an_avx512_cpu_are_named_with_the_variable_that_fixes_it(self):
+        if "openblas" not in os.path.realpath(blas_library()):
+            self.skipTest("the BLAS here is not OpenBLAS")
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith("flags")).split()
+        avx512 = all(f in flags for f in ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"))
+        warning = ("dtl-train: warning: OpenBLAS runs its Haswell kernels on this CPU, which has AVX-512; "
+                   "OPENBLAS_CORETYPE=SkylakeX selects its AVX-512 kernels")
+        r, _ = self.train(1, *TINY, "--steps", 1, name="haswell", env=self.env(OPENBLAS_CORETYPE="Haswell"))
+        self.assertEqual(r.stdout.count(warning), 1 if avx512 else 0, r.stdout)
+        if avx512:
+            r, _ = self.train(1, *TINY, "--steps", 1, name="skylakex", env=self.env(OPENBLAS_CORETYPE="SkylakeX"))
+            self.assertNotIn("OPENBLAS_CORETYPE", r.stdout)
 
 
 if __name__ == "__main__":

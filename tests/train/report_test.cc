@@ -76,3 +76,14 @@ TEST_CASE("dtl-train: the reference BLAS is named, with what to install; optimis
   CHECK(blas_advice("/usr/lib/x86_64-linux-gnu/blis-openmp/libblas.so.3").empty());
   CHECK(blas_advice("/opt/intel/mkl/lib/libblas.so.3").empty());
 }
+
+TEST_CASE("dtl-train: OpenBLAS's AVX2 kernels on an AVX-512 CPU are named with the variable that fixes it") {
+  CHECK(openblas_core_advice("Haswell", true) ==
+        "OpenBLAS runs its Haswell kernels on this CPU, which has AVX-512; OPENBLAS_CORETYPE=SkylakeX selects its "
+        "AVX-512 kernels (about 2x faster matrix products on an AMD Zen 5)");
+  CHECK(!openblas_core_advice("Zen", true).empty());
+  CHECK(openblas_core_advice("Haswell", false).empty());  // no AVX-512: Haswell is the best it has
+  CHECK(openblas_core_advice("SkylakeX", true).empty());
+  CHECK(openblas_core_advice("Cooperlake", true).empty());
+  CHECK(openblas_core_advice("SapphireRapids", true).empty());
+}
