@@ -22,7 +22,7 @@ DTL_CPU_CLONES void adamw_kernel(float* __restrict p, const float* __restrict g,
                                  float* __restrict v, int64_t begin, int64_t end, const AdamWScalars& scalars) {
   const AdamWScalars s = scalars;  // a local copy: the compiler need not reload it after each store
   for (int64_t i = begin; i < end; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] * s.grad_scale;
     const float mi = m[i] * s.beta1 + s.one_minus_beta1 * gi;
     const float vi = v[i] * s.beta2 + s.one_minus_beta2 * gi * gi;
     const float denom = std::sqrt(vi) / s.sqrt_bias_correction2 + s.eps;

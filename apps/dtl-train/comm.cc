@@ -125,6 +125,7 @@ Reducer::Reducer(Comm& comm, std::vector<at::Tensor> params, std::vector<std::st
     }
     b.buffer = at::zeros({n}, params_[b.params.front()].options());
   }
+  world_ = at::scalar_tensor(static_cast<double>(comm_.world), at::kDouble);  // x / world, as div_(world) rounds
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
     acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
@@ -159,13 +160,17 @@ void Reducer::on_grad(size_t index) {
   const Slot& s = slots_[index];
   Bucket& b = buckets_[s.bucket];
   const auto& p = params_[index];
-  b.buffer.narrow(0, s.offset, p.numel()).view_as(p).copy_(p.grad());
+  at::Tensor slot = b.buffer.narrow(0, s.offset, p.numel()).view_as(p);
+  if (comm_.world > 1) {
+    at::div_out(slot, p.grad(), world_);  // Gloo has no AVG: divide while copying, then SUM
+  } else {
+    slot.copy_(p.grad());
+  }
   if (--b.pending > 0) return;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
 }
 
 void Reducer::launch(Bucket& b) {
-  if (comm_.world > 1) b.buffer.div_(comm_.world);  // Gloo has no AVG: pre-divide, then SUM
   b.start = now();
   std::vector<at::Tensor> tensors{b.buffer};
   b.work = comm_.pg->allreduce(tensors);
@@ -205,10 +210,7 @@ at::Tensor Reducer::finish(double max_norm) {
   std::vector<at::Tensor> norms;
   for (auto& b : buckets_) norms.push_back(b.buffer.norm());
   at::Tensor norm = at::stack(norms).norm();
-  if (max_norm > 0) {
-    at::Tensor coef = at::clamp_max(max_norm / (norm + 1e-6), 1.0);
-    for (auto& b : buckets_) b.buffer.mul_(coef);
-  }
+  clip_scale_ = max_norm > 0 ? at::clamp_max(max_norm / (norm + 1e-6), 1.0) : at::Tensor();
   for (size_t i = 0; i < params_.size(); ++i) {
     const Slot& s = slots_[i];
     params_[i].mutable_grad() = buckets_[s.bucket].buffer.narrow(0, s.offset, params_[i].numel()).view_as(params_[i]);

@@ -70,10 +70,14 @@ class Reducer {
   /// Before each micro-batch's backward: only the last one of a step (`sync`) communicates.
   void prepare(bool sync);
 
-  /// After the last backward: waits for every bucket, clips the averaged gradient to `max_norm`
-  /// (0: no clipping) and leaves it in each parameter's .grad (a view into its bucket).
-  /// Returns the global gradient norm before clipping, as a 0-dim tensor (no device sync).
+  /// After the last backward: waits for every bucket and leaves the averaged gradient in each
+  /// parameter's .grad (a view into its bucket). Returns the global gradient norm, as a 0-dim
+  /// tensor (no device sync). Clipping to `max_norm` (0: none) is left to the optimizer, which
+  /// multiplies the gradients by clip_scale() as it reads them: one pass over them fewer.
   at::Tensor finish(double max_norm);
+
+  /// min(1, max_norm / norm) from the last finish(); undefined without clipping.
+  const at::Tensor& clip_scale() const { return clip_scale_; }
 
   /// Drops the gradients (their storage is the buckets') before the next step.
   void zero_grad();
@@ -116,6 +120,8 @@ class Reducer {
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
   double last_wait_s_ = 0;
   CommTiming last_timing_;
+  at::Tensor clip_scale_;
+  at::Tensor world_;  ///< the divisor of every gradient (a wrapped number: no type promotion)
 };
 
 }  // namespace dtl::train

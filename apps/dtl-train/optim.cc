@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -36,8 +37,10 @@ FusedAdamW::FusedAdamW(std::vector<Group> groups, double lr, double beta1, doubl
   for (const auto& g : groups_) state_.emplace_back(g.params.size());
 }
 
-void FusedAdamW::step() {
+void FusedAdamW::step(const at::Tensor& grad_scale) {
   at::NoGradGuard no_grad;
+  const bool scaled = grad_scale.defined();
+  std::optional<float> scale_value;  // read once, where the fused loop needs it (a GPU tensor would sync)
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const double wd = groups_[gi].weight_decay;
     for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
@@ -53,9 +56,11 @@ void FusedAdamW::step() {
       const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(st.step));
       const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(st.step));
       const double step_size = lr_ / bias_correction1;
-      const at::Tensor g = grad.detach();
-      if (fusable(p, g, st.exp_avg, st.exp_avg_sq)) {
-        const AdamWScalars s{static_cast<float>(1 - lr_ * wd),
+      at::Tensor g = grad.detach();
+      if (fusable(p, g, st.exp_avg, st.exp_avg_sq) && (!scaled || grad_scale.device().is_cpu())) {
+        if (!scale_value) scale_value = scaled ? grad_scale.item<float>() : 1.0f;
+        const AdamWScalars s{*scale_value,
+                        static_cast<float>(1 - lr_ * wd),
                         static_cast<float>(beta1_),
                         static_cast<float>(1 - beta1_),
                         static_cast<float>(beta2_),
@@ -66,6 +71,7 @@ void FusedAdamW::step() {
         adamw_cpu(p.data_ptr<float>(), g.data_ptr<float>(), st.exp_avg.data_ptr<float>(),
                   st.exp_avg_sq.data_ptr<float>(), p.numel(), s);
       } else {  // torch::optim::AdamW's own ops
+        if (scaled) g = g * grad_scale;
         if (wd != 0) p.mul_(1 - lr_ * wd);
         st.exp_avg.mul_(beta1_).add_(g, 1 - beta1_);
         st.exp_avg_sq.mul_(beta2_).addcmul_(g, g, 1 - beta2_);

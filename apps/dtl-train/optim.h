@@ -35,7 +35,9 @@ class FusedAdamW {
   void set_lr(double lr) { lr_ = lr; }
 
   /// One update of every parameter that has a gradient; parameters without one are skipped.
-  void step();
+  /// `grad_scale` (a 0-dim tensor, e.g. the clipping coefficient), when given, multiplies each
+  /// gradient as it is read: the same update as scaling the gradients first, without that pass.
+  void step(const at::Tensor& grad_scale = {});
 
   /// All per-parameter state, exactly: a loaded optimizer continues bit-identically.
   void save(torch::serialize::OutputArchive& archive) const;

@@ -295,7 +295,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       loss_sum += loss.detach();
     }
     grad_norm = reducer.finish(o.grad_clip);
-    optimizer.step();
+    optimizer.step(reducer.clip_scale());
     reducer.zero_grad();
     progress.step = step;
     progress.position += batching.global();

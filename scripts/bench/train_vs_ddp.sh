@@ -12,13 +12,18 @@
 # default: dtl-train's default preset (10.8M parameters), batch 8 x 128: matrix products dominate
 #
 # BUILD_DIR   build folder with dtlaunch and dtl-train (default: build/)
-# ROUNDS      runs of each side, alternating; the best of each is compared (default 2)
+# ROUNDS      runs of each side, alternating; the best of each is compared, and the median of the
+#             rounds' ratios is printed too (default 3)
 # STEPS       optimizer steps per run; the first interval of 5 is not timed (default 20)
 # BUCKET_MB   gradient bucket size for both sides (default 4: on a CPU the backward of one block takes
 #             far longer than the allreduce of its gradients, so small buckets hide nearly all of it)
 # BLAS_DIR    a folder with another libblas.so.3 (e.g. OpenBLAS) for both sides; Debian's libtorch
 #             uses the reference BLAS unless libopenblas0 is installed, which is ~20x slower
 #             (scripts/setup.sh installs libopenblas0-pthread, so BLAS_DIR is not needed after it)
+# OPENBLAS_CORETYPE  passed to both sides, as any variable: Debian 12's OpenBLAS 0.3.21 runs its
+#             AVX2 (Haswell) kernels on AMD Zen 4/5, and SkylakeX selects its AVX-512 ones; the kernel
+#             set in use is printed at the top
+# CPU_KERNELS dtl-train's --cpu_kernels (default fused; torch: torch's ops, as the Python side)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -26,7 +31,8 @@ build=${BUILD_DIR:-$repo/build}
 dtlaunch=$build/apps/dtlaunch/dtlaunch
 trainer=$build/apps/dtl-train/dtl-train
 python=${TORCHRUN_PYTHON:-/usr/bin/python3}
-rounds=${ROUNDS:-2}
+rounds=${ROUNDS:-3}
+cpu_kernels=${CPU_KERNELS:-fused}
 steps=${STEPS:-20}
 bucket_mb=${BUCKET_MB:-4}
 which=${1:-all}
@@ -44,8 +50,11 @@ tmp=$(mktemp -d /tmp/train-vs-ddp.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
 blas=$(ldd "$trainer" | awk '/libblas.so/ {print $3}')
-echo "machine: $(nproc) CPUs, $(uname -m); torch $("$python" -c 'import torch; print(torch.__version__)'); BLAS: $(readlink -f "$blas")"
-echo "both sides: 2 ranks, Gloo, OMP_NUM_THREADS=1, AdamW, warmup+cosine, clip 1.0, $bucket_mb MB buckets, $steps steps"
+# OpenBLAS names the kernel set it picked on stderr when OPENBLAS_VERBOSE=2.
+core=$(OPENBLAS_VERBOSE=2 "$python" -c 'import torch' 2>&1 | sed -n 's/^Core: //p' | head -1)
+echo "machine: $(nproc) CPUs, $(uname -m), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1); torch $("$python" -c 'import torch; print(torch.__version__)')"
+echo "BLAS: $(readlink -f "$blas")${core:+, OpenBLAS kernels: $core}${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
+echo "both sides: 2 ranks, Gloo, OMP_NUM_THREADS=1, AdamW, warmup+cosine, clip 1.0, $bucket_mb MB buckets, $steps steps; dtl-train --cpu_kernels $cpu_kernels"
 
 run_pair() {  # name, then the shape flags shared by both programs
   local name=$1; shift
@@ -55,7 +64,7 @@ run_pair() {  # name, then the shape flags shared by both programs
   local r
   for r in $(seq 1 "$rounds"); do
     "$dtlaunch" --standalone --nproc_per_node=2 --no_python "$trainer" "${shape[@]}" --steps "$steps" \
-      --log_every 5 --bucket_mb "$bucket_mb" --metrics "$tmp/$name.dtl.$r.jsonl" >"$tmp/$name.dtl.$r.log" 2>&1 ||
+      --log_every 5 --bucket_mb "$bucket_mb" --cpu_kernels "$cpu_kernels" --metrics "$tmp/$name.dtl.$r.jsonl" >"$tmp/$name.dtl.$r.log" 2>&1 ||
       { cat "$tmp/$name.dtl.$r.log"; exit 1; }
     # torchrun 1.13's agent sometimes loses its own store while its workers exit: one retry.
     local try
@@ -66,7 +75,7 @@ run_pair() {  # name, then the shape flags shared by both programs
     done
   done
   "$python" - "$tmp" "$name" "$rounds" <<'PY'
-import json, sys
+import json, statistics, sys
 tmp, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 dtl, ddp = [], []
 for r in range(1, rounds + 1):
@@ -90,8 +99,12 @@ def row(label, runs):
 a, b = row("dtl-train", dtl), row("Python DDP", ddp)
 ratio = a["tps"] / b["tps"]
 cpu_ratio = max(x["cpu"] for x in dtl) / max(x["cpu"] for x in ddp)
+# Each round runs dtl-train, then Python DDP: the ratio within a round sees the same machine load.
+per_round = sorted(x["tps"] / y["tps"] for x, y in zip(dtl, ddp))
+median = statistics.median(per_round)
 print(f"ratio dtl-train / DDP: {ratio:.2f}x tokens/s [{'PASS' if ratio >= 1.2 else 'MISS'} goal >= 1.2x], "
-      f"{cpu_ratio:.2f}x tokens per CPU-second")
+      f"{cpu_ratio:.2f}x tokens per CPU-second; per round {', '.join(f'{r:.2f}' for r in per_round)} "
+      f"(median {median:.2f}x)")
 print(f"dtl-train allreduce hidden behind backward: {a['hidden'] * 100:.1f}% "
       f"[{'PASS' if a['hidden'] >= 0.8 else 'MISS'} goal >= 80%]; step time waiting for gradients: {a['wait'] * 100:.1f}%")
 PY

@@ -99,6 +99,30 @@ TEST_CASE("fused AdamW takes torch::optim::AdamW's steps", "[train][optim]") {
   }
 }
 
+TEST_CASE("fused AdamW with a gradient scale takes the steps of the scaled gradients", "[train][optim]") {
+  Params scaled = make_params(7), prescaled = clone(scaled);
+  FusedAdamW a = make_fused(scaled), b = make_fused(prescaled);
+  const at::Tensor scale = torch::tensor(0.37f);
+  for (int step = 0; step < 3; ++step) {
+    set_grads(200 + step, {scaled.all(), prescaled.all()});
+    for (const auto& p : prescaled.all()) p.mutable_grad().mul_(scale);
+    a.step(scale);
+    b.step();
+  }
+  REQUIRE(same(scaled.all(), prescaled.all()));
+  // And on torch's ops, which take what the fused loop does not (here: double parameters).
+  Params d1, d2;
+  for (const auto& t : make_params(8).decay) d1.decay.push_back(t.detach().to(torch::kDouble).requires_grad_());
+  for (const auto& t : make_params(8).no_decay) d1.no_decay.push_back(t.detach().to(torch::kDouble).requires_grad_());
+  d2 = clone(d1);
+  FusedAdamW c = make_fused(d1), d = make_fused(d2);
+  set_grads(300, {d1.all(), d2.all()});
+  for (const auto& p : d2.all()) p.mutable_grad().mul_(scale);
+  c.step(scale);
+  d.step();
+  REQUIRE(same(d1.all(), d2.all()));
+}
+
 TEST_CASE("fused AdamW without weight decay on a group leaves that group undecayed", "[train][optim]") {
   // A zero gradient: Adam's step is 0, so only the decay moves parameters.
   Params p = make_params(2), start = clone(p);
