@@ -57,8 +57,33 @@ std::string openblas_core_advice(const std::string& core, bool cpu_avx512) {
          "faster matrix products on an AMD Zen 5)";
 }
 
+namespace {
+
+// The reference BLAS's gfortran ABI: character arguments carry hidden lengths at the end.
+using FortranSgemm = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
+                              const int*, const float*, const int*, const float*, float*, const int*, size_t, size_t);
+
+FortranSgemm fortran_sgemm() {
+  static const auto found = reinterpret_cast<FortranSgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
+  return found;
+}
+
+/// cblas_sgemm for row-major layout through the column-major sgemm_: C^T = op(B)^T op(A)^T.
+void row_major_through_fortran(int, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                               const float* b, int ldb, float beta, float* c, int ldc) {
+  const char ta = trans_a == 112 ? 'T' : 'N', tb = trans_b == 112 ? 'T' : 'N';
+  fortran_sgemm()(&tb, &ta, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc, 1, 1);
+}
+
+}  // namespace
+
+CblasSgemm process_fortran_sgemm() { return fortran_sgemm() ? &row_major_through_fortran : nullptr; }
+
 CblasSgemm process_cblas_sgemm() {
-  static const CblasSgemm found = reinterpret_cast<CblasSgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
+  static const CblasSgemm found = [] {
+    auto cblas = reinterpret_cast<CblasSgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
+    return cblas ? cblas : process_fortran_sgemm();
+  }();
   return found;
 }
 

@@ -29,8 +29,12 @@ bool cpu_has_avx512();
 /// half as fast as its AVX-512 ones on a Zen 5. Empty when there is nothing to say. Pure.
 std::string openblas_core_advice(const std::string& core, bool cpu_avx512);
 
-/// cblas_sgemm of the BLAS already in the process (libtorch's), or nullptr when none exports it
-/// (a libtorch with MKL linked in privately): the fused attention then falls back to torch's ops.
+/// cblas_sgemm of the BLAS already in the process (libtorch's: Debian's libblas.so.3 exports it),
+/// else the same call through its Fortran sgemm_ (the pip wheels' libtorch_cpu exports only that),
+/// else nullptr: the fused attention then falls back to torch's ops.
 CblasSgemm process_cblas_sgemm();
+
+/// The Fortran route alone (nullptr without sgemm_), for the tests.
+CblasSgemm process_fortran_sgemm();
 
 }  // namespace dtl::train

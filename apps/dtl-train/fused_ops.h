@@ -13,7 +13,7 @@ bool fused_gelu_usable(const at::Tensor& x);
 /// torch::gelu(x, "tanh").
 at::Tensor fused_gelu_tanh(const at::Tensor& x);
 
-/// Whether the fused attention takes `qkv`: a CPU float tensor, and a BLAS with cblas_sgemm loaded.
+/// Whether the fused attention takes `qkv`: a CPU float tensor, and an sgemm in the process (blas.h).
 bool fused_attention_usable(const at::Tensor& qkv);
 /// Causal self-attention without dropout: qkv (batch, time, 3 * width), each token's row laid out
 /// (q, k, v) x heads x head_dim as the qkv projection writes it -> (batch, time, width), heads side

@@ -74,7 +74,7 @@ Placement place(const TrainOptions& o, const LaunchEnv& env) {
 std::string kernels_used(const TrainOptions& o, c10::Device device) {
   if (o.cpu_kernels != "fused" || !device.is_cpu() || o.mixed_precision != "no") return "torch's ops";
   if (o.model.dropout > 0) return "fused GELU, torch's attention (dropout)";
-  if (!process_cblas_sgemm()) return "fused GELU, torch's attention (no cblas_sgemm in the BLAS)";
+  if (!process_cblas_sgemm()) return "fused GELU, torch's attention (no sgemm in the process)";
   return "fused GELU and attention";
 }
 

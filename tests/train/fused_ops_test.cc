@@ -9,6 +9,7 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include "blas.h"
 #include "cpu_kernels.h"
 #include "fused_ops.h"
 
@@ -143,4 +144,31 @@ TEST_CASE("fused causal attention: NaN in a token's query shows up in that token
   const at::Tensor y = fused_causal_attention(qkv, 2);
   REQUIRE(torch::isnan(y[0][3].narrow(0, 0, 4)).all().item<bool>());
   REQUIRE(!torch::isnan(y[0][2]).any().item<bool>());
+}
+
+TEST_CASE("the attention kernel gives the same bits through cblas_sgemm and through the Fortran sgemm_",
+          "[train][fused]") {
+  // Debian's BLAS has both; the pip wheels' libtorch has only sgemm_, which dtl-train then calls.
+  const dtl::train::CblasSgemm fortran = dtl::train::process_fortran_sgemm();
+  REQUIRE(fortran != nullptr);
+  REQUIRE(dtl::train::process_cblas_sgemm() != fortran);
+  torch::manual_seed(7);
+  const dtl::train::AttentionShape s{2, 45, 3, 8};
+  const at::Tensor qkv = torch::randn({s.batch, s.time, 3 * s.width()});
+  const at::Tensor dy = torch::randn({s.batch, s.time, s.width()});
+  at::Tensor y[2], probs[2], dqkv[2];
+  std::vector<float> scratch(static_cast<size_t>(dtl::train::kAttentionBlock) * s.time);
+  const dtl::train::CblasSgemm routes[2] = {dtl::train::process_cblas_sgemm(), fortran};
+  for (int r = 0; r < 2; ++r) {
+    y[r] = torch::empty({s.batch, s.time, s.width()});
+    probs[r] = torch::empty({s.batch, s.heads, s.time, s.time});
+    dqkv[r] = torch::empty_like(qkv);
+    dtl::train::causal_attention_forward(routes[r], s, 0, s.pairs(), qkv.data_ptr<float>(), y[r].data_ptr<float>(),
+                                         probs[r].data_ptr<float>());
+    dtl::train::causal_attention_backward(routes[r], s, 0, s.pairs(), qkv.data_ptr<float>(), probs[r].data_ptr<float>(),
+                                          dy.data_ptr<float>(), dqkv[r].data_ptr<float>(), scratch.data());
+  }
+  REQUIRE(relative_error(y[0], reference_attention(qkv, s.heads)) < 1e-6);
+  REQUIRE(torch::equal(y[0], y[1]));
+  REQUIRE(torch::equal(dqkv[0], dqkv[1]));
 }
