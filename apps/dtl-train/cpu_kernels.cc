@@ -8,15 +8,15 @@
 // the same reason (a vectorizer may not reorder a float sum on its own). The x86-64 clones are
 // AVX-512, AVX2 and the baseline; GCC 12 does not vectorize the GELU loops in an arch=haswell clone,
 // whose instructions are those of x86-64-v3.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11  // x86-64-v4: GCC 11
 #define DTL_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define DTL_CPU_CLONES
 #endif
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
+#include <cstring>
 
 namespace dtl::train {
 namespace {
@@ -37,7 +37,10 @@ inline float exp_in_range(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float two_to_n;
+  std::memcpy(&two_to_n, &bits, sizeof two_to_n);
+  return p * two_to_n;
 }
 
 /// tanh(z) = 1 - 2 / (e^{2|z|} + 1) with z's sign. Its absolute error is that of 1 - a float
