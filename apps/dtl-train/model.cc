@@ -14,12 +14,16 @@ namespace dtl::train {
 
 namespace F = torch::nn::functional;
 
+namespace {
+
 /// ATen's linear, as Python's nn.Linear calls it: the bias joins the matrix product (addmm).
 /// torch::nn::Linear::forward goes through the C++ frontend's F::linear, which for 3-D input
 /// multiplies and then adds the bias in a pass of its own.
 torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   return at::linear(x, layer->weight, layer->bias);
 }
+
+}  // namespace
 
 BlockImpl::BlockImpl(const ModelShape& s, bool fused_cpu) : heads_(s.heads), dropout_(s.dropout), fused_cpu_(fused_cpu) {
   ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.width})));

@@ -26,6 +26,7 @@ class BadInput(TrainTest):
     def test_an_unknown_preset_and_a_bad_backend(self):
         self.check(["--preset", "huge"], "--preset must be default, tiny or gpt2-small (got 'huge')")
         self.check(["--backend", "mpi"], "--backend must be auto, nccl or gloo (got 'mpi')")
+        self.check(["--cpu_kernels", "mkl"], "--cpu_kernels must be fused or torch (got 'mkl')")
 
     def test_nccl_without_a_gpu_or_an_nccl_build(self):
         self.check([*TINY, "--backend", "nccl", "--steps", 1], "--backend nccl: this dtl-train was built without "

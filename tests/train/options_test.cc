@@ -48,6 +48,8 @@ TEST_CASE("dtl-train: impossible shapes and values are one line each") {
         "dtl-train: error: --data is read as bytes and needs --vocab >= 256 (got 100)");
   CHECK(parse({"--mixed_precision", "fp16"}).output ==
         "dtl-train: error: --mixed_precision must be no or bf16 (got 'fp16')");
+  CHECK(parse({"--cpu_kernels", "mkl"}).output == "dtl-train: error: --cpu_kernels must be fused or torch (got 'mkl')");
+  CHECK(parse({"--cpu_kernels", "torch"}).options->cpu_kernels == "torch");
   CHECK(parse({"--fail_how", "explode"}).exit_code == 2);
   auto unknown = parse({"--lr", "1e-3", "--lrr", "2"});
   CHECK(unknown.exit_code == 2);
