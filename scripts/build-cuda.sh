@@ -42,6 +42,9 @@ fi
 # torch.utils.cmake_prefix_path without importing torch (importing loads the CUDA libraries).
 prefix=$("$python" -c 'import importlib.util, os; print(os.path.join(os.path.dirname(importlib.util.find_spec("torch").origin), "share", "cmake"))')
 [ -f "$prefix/Torch/TorchConfig.cmake" ] || { echo "build-cuda.sh: no TorchConfig.cmake under $prefix" >&2; exit 2; }
+# The wheel's own folder first: TorchConfig's find_library would otherwise take a system libtorch
+# and libc10 (Debian's libtorch-dev) over the wheel's.
+torch_root=$(dirname "$(dirname "$prefix")")
 
 nvcc=$(command -v nvcc || true)
 [ -n "${CUDA_HOME:-}" ] && nvcc=$CUDA_HOME/bin/nvcc
@@ -64,7 +67,7 @@ if [ "${CHECK_ONLY:-0}" = 1 ]; then
   extra+=(-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined)
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDTL_BUILD_TESTS=OFF -DDTL_BUILD_TRAINER=ON -DDTL_WITH_NCCL=ON \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCUDAToolkit_ROOT="$cuda_home" -DCMAKE_CUDA_COMPILER="$nvcc" \
+  -DCMAKE_PREFIX_PATH="$prefix;$torch_root" -DCUDAToolkit_ROOT="$cuda_home" -DCMAKE_CUDA_COMPILER="$nvcc" \
   "${extra[@]}" "$@"
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 echo "build-cuda.sh: built ${targets[*]} in $build (dtl-train with NCCL)"

@@ -10,6 +10,7 @@
 #include <ATen/Parallel.h>
 #include <c10/util/irange.h>
 #include <torch/serialize/archive.h>
+#include <torch/version.h>
 
 #include "adamw_kernel.h"
 
@@ -30,11 +31,46 @@ bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, cons
 
 const char* const kFormat = "dtl-fused-adamw-1";
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+#define DTL_MULTI_TENSOR_ADAMW 1
+#endif
+
+/// The tensors of one group that go to torch's multi-tensor kernel together.
+struct MultiTensorBatch {
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+};
+
+/// torch's multi-tensor AdamW over one group. Its grad_scale divides (it unscales AMP's loss
+/// scale), so a multiplier goes in as its reciprocal; the caller counts the steps first, as
+/// torch.optim does.
+void step_multi_tensor(MultiTensorBatch& b, double lr, double beta1, double beta2, double wd, double eps,
+                       const at::Tensor& grad_scale) {
+#ifdef DTL_MULTI_TENSOR_ADAMW
+  at::_foreach_add_(b.steps, 1);
+  std::optional<at::Tensor> divisor;
+  if (grad_scale.defined()) divisor = at::reciprocal(grad_scale.to(b.params.front().device(), at::kFloat));
+  at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, b.steps, lr, beta1, beta2, wd,
+                    eps, /*amsgrad=*/false, /*maximize=*/false, divisor, /*found_inf=*/std::nullopt);
+#else
+  (void)b, (void)lr, (void)beta1, (void)beta2, (void)wd, (void)eps, (void)grad_scale;
+#endif
+}
+
 }  // namespace
 
-FusedAdamW::FusedAdamW(std::vector<Group> groups, double lr, double beta1, double beta2, double eps)
-    : groups_(std::move(groups)), lr_(lr), beta1_(beta1), beta2_(beta2), eps_(eps) {
+FusedAdamW::FusedAdamW(std::vector<Group> groups, double lr, double beta1, double beta2, double eps,
+                       bool multi_tensor_on_cpu)
+    : groups_(std::move(groups)), lr_(lr), beta1_(beta1), beta2_(beta2), eps_(eps),
+      multi_tensor_on_cpu_(multi_tensor_on_cpu) {
   for (const auto& g : groups_) state_.emplace_back(g.params.size());
+}
+
+bool FusedAdamW::has_multi_tensor_kernel() {
+#ifdef DTL_MULTI_TENSOR_ADAMW
+  return true;
+#else
+  return false;
+#endif
 }
 
 void FusedAdamW::step(const at::Tensor& grad_scale) {
@@ -43,6 +79,7 @@ void FusedAdamW::step(const at::Tensor& grad_scale) {
   std::optional<float> scale_value;  // read once, where the fused loop needs it (a GPU tensor would sync)
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const double wd = groups_[gi].weight_decay;
+    MultiTensorBatch batch;
     for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
       at::Tensor p = groups_[gi].params[pi].detach();
       const at::Tensor& grad = groups_[gi].params[pi].grad();
@@ -53,6 +90,15 @@ void FusedAdamW::step(const at::Tensor& grad_scale) {
         st.exp_avg_sq = at::zeros_like(p, at::MemoryFormat::Preserve);
       }
       st.step += 1;
+      if (has_multi_tensor_kernel() && (p.is_cuda() || (multi_tensor_on_cpu_ && p.is_cpu()))) {
+        if (!st.device_step.defined()) st.device_step = at::full({}, static_cast<double>(st.step - 1), p.options().dtype(at::kFloat));
+        batch.params.push_back(p);
+        batch.grads.push_back(grad.detach());
+        batch.exp_avgs.push_back(st.exp_avg);
+        batch.exp_avg_sqs.push_back(st.exp_avg_sq);
+        batch.steps.push_back(st.device_step);
+        continue;
+      }
       const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(st.step));
       const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(st.step));
       const double step_size = lr_ / bias_correction1;
@@ -79,6 +125,7 @@ void FusedAdamW::step(const at::Tensor& grad_scale) {
         p.addcdiv_(st.exp_avg, denom, -step_size);
       }
     }
+    if (!batch.params.empty()) step_multi_tensor(batch, lr_, beta1_, beta2_, wd, eps_, grad_scale);
   }
 }
 
