@@ -46,15 +46,19 @@ bool cpu_has_avx512() {
 #endif
 }
 
-std::string openblas_core_advice(const std::string& core, bool cpu_avx512) {
+std::string openblas_core_advice(const std::string& core, bool cpu_avx512, const std::optional<std::string>& coretype) {
   // OpenBLAS's x86-64 kernel sets that use AVX-512.
   for (const char* avx512 : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
     if (core == avx512) return "";
   }
   if (!cpu_avx512) return "";
-  return "OpenBLAS runs its " + core +
-         " kernels on this CPU, which has AVX-512; OPENBLAS_CORETYPE=SkylakeX selects its AVX-512 kernels (about 2x "
-         "faster matrix products on an AMD Zen 5)";
+  const std::string what = "OpenBLAS runs its " + core + " kernels on this CPU, which has AVX-512";
+  const std::string gain = " (about 2x faster matrix products on an AMD Zen 5)";
+  if (coretype && !coretype->empty()) {
+    return what + ", because OPENBLAS_CORETYPE=" + *coretype + " is set; without it OpenBLAS picks its AVX-512 kernels" +
+           gain;
+  }
+  return what + "; OPENBLAS_CORETYPE=SkylakeX selects its AVX-512 kernels" + gain;
 }
 
 namespace {

@@ -24,10 +24,11 @@ std::optional<std::string> openblas_core();
 /// Whether this CPU has what OpenBLAS's AVX-512 kernels need (AVX512 F, CD, BW, DQ and VL).
 bool cpu_has_avx512();
 
-/// What to tell the user when OpenBLAS runs kernels below what the CPU can: OpenBLAS 0.3.21
-/// (Debian 12) does not know AMD's Zen 4 and Zen 5 and runs its AVX2 (Haswell) kernels there,
-/// half as fast as its AVX-512 ones on a Zen 5. Empty when there is nothing to say. Pure.
-std::string openblas_core_advice(const std::string& core, bool cpu_avx512);
+/// What to tell the user when OpenBLAS runs kernels below what the CPU can (AVX2 ones on an
+/// AVX-512 CPU: half the speed of its AVX-512 ones on a Zen 5), given OPENBLAS_CORETYPE if it is
+/// set: usually that variable is why (a shell or a machine image that sets it for another CPU).
+/// Empty when there is nothing to say. Pure.
+std::string openblas_core_advice(const std::string& core, bool cpu_avx512, const std::optional<std::string>& coretype);
 
 /// cblas_sgemm of the BLAS already in the process (libtorch's: Debian's libblas.so.3 exports it),
 /// else the same call through its Fortran sgemm_ (the pip wheels' libtorch_cpu exports only that),

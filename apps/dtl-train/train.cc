@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -251,7 +252,9 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       if (auto advice = blas_advice(*blas); !advice.empty()) say("dtl-train: warning: " + advice);
     }
     if (auto core = openblas_core(); core && !device.is_cuda()) {
-      if (auto advice = openblas_core_advice(*core, cpu_has_avx512()); !advice.empty()) say("dtl-train: warning: " + advice);
+      const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+      const auto set = coretype ? std::optional<std::string>(coretype) : std::nullopt;
+      if (auto advice = openblas_core_advice(*core, cpu_has_avx512(), set); !advice.empty()) say("dtl-train: warning: " + advice);
     }
   }
   std::ofstream metrics;

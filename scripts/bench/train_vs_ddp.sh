@@ -20,9 +20,9 @@
 # BLAS_DIR    a folder with another libblas.so.3 (e.g. OpenBLAS) for both sides; Debian's libtorch
 #             uses the reference BLAS unless libopenblas0 is installed, which is ~20x slower
 #             (scripts/setup.sh installs libopenblas0-pthread, so BLAS_DIR is not needed after it)
-# OPENBLAS_CORETYPE  passed to both sides, as any variable: Debian 12's OpenBLAS 0.3.21 runs its
-#             AVX2 (Haswell) kernels on AMD Zen 4/5, and SkylakeX selects its AVX-512 ones; the kernel
-#             set in use is printed at the top
+# OPENBLAS_CORETYPE  passed to both sides, as any variable; the kernel set in use is printed at the
+#             top. This workplace's shells set it to Haswell (AVX2), half the speed of OpenBLAS's own
+#             choice on its AVX-512 machines: `env -u OPENBLAS_CORETYPE scripts/bench/...` measures that
 # CPU_KERNELS dtl-train's --cpu_kernels (default fused; torch: torch's ops, as the Python side)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

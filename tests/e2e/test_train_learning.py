@@ -68,8 +68,8 @@ class Learning(TrainTest):
         with open("/proc/cpuinfo") as f:
             flags = next(line for line in f if line.startswith("flags")).split()
         avx512 = all(f in flags for f in ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"))
-        warning = ("dtl-train: warning: OpenBLAS runs its Haswell kernels on this CPU, which has AVX-512; "
-                   "OPENBLAS_CORETYPE=SkylakeX selects its AVX-512 kernels")
+        warning = ("dtl-train: warning: OpenBLAS runs its Haswell kernels on this CPU, which has AVX-512, because "
+                   "OPENBLAS_CORETYPE=Haswell is set; without it OpenBLAS picks its AVX-512 kernels")
         r, _ = self.train(1, *TINY, "--steps", 1, name="haswell", env=self.env(OPENBLAS_CORETYPE="Haswell"))
         self.assertEqual(r.stdout.count(warning), 1 if avx512 else 0, r.stdout)
         if avx512:
