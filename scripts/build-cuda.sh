@@ -66,8 +66,13 @@ fi
 if [ "${CHECK_ONLY:-0}" = 1 ]; then
   extra+=(-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined)
 fi
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDTL_BUILD_TESTS=OFF -DDTL_BUILD_TRAINER=ON -DDTL_WITH_NCCL=ON \
+# -U: find libtorch's libraries again in the order above, even in a folder configured before.
+cmake -S . -B "$build" -UTORCH_LIBRARY -Uc10_LIBRARY -UC10_CUDA_LIBRARY -DCMAKE_BUILD_TYPE=Release -DDTL_BUILD_TESTS=OFF -DDTL_BUILD_TRAINER=ON -DDTL_WITH_NCCL=ON \
   -DCMAKE_PREFIX_PATH="$prefix;$torch_root" -DCUDAToolkit_ROOT="$cuda_home" -DCMAKE_CUDA_COMPILER="$nvcc" \
   "${extra[@]}" "$@"
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
+# Every libtorch/libc10 that dtl-train needs must be the wheel's (a mix links and then aborts at start).
+for lib in $(readelf -d "$build/apps/dtl-train/dtl-train" | sed -n 's/.*NEEDED.*\[\(lib\(torch\|c10\)[^]]*\)\].*/\1/p'); do
+  [ -e "$torch_root/lib/$lib" ] || { echo "build-cuda.sh: dtl-train needs $lib, which is not the wheel's ($torch_root/lib)" >&2; exit 1; }
+done
 echo "build-cuda.sh: built ${targets[*]} in $build (dtl-train with NCCL)"
