@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <cctype>
 #include <filesystem>
 
 namespace dtl::train {
@@ -47,13 +48,18 @@ bool cpu_has_avx512() {
 }
 
 std::string openblas_core_advice(const std::string& core, bool cpu_avx512, const std::optional<std::string>& coretype) {
-  // OpenBLAS's x86-64 kernel sets that use AVX-512.
-  for (const char* avx512 : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
-    if (core == avx512) return "";
+  // OpenBLAS's x86-64 kernel sets that use AVX-512. A DYNAMIC_ARCH build (Debian's) names them
+  // "SkylakeX"; a build for one target names that target in capitals ("SKYLAKEX").
+  std::string lower = core;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* avx512 : {"skylakex", "cooperlake", "sapphirerapids"}) {
+    if (lower == avx512) return "";
   }
   if (!cpu_avx512) return "";
   const std::string what = "OpenBLAS runs its " + core + " kernels on this CPU, which has AVX-512";
   const std::string gain = " (about 2x faster matrix products on an AMD Zen 5)";
+  const bool one_target = core.find_first_of("abcdefghijklmnopqrstuvwxyz") == std::string::npos;
+  if (one_target) return what + "; this OpenBLAS was built for them alone, and one built with DYNAMIC_ARCH (Debian's) picks AVX-512 kernels" + gain;
   if (coretype && !coretype->empty()) {
     return what + ", because OPENBLAS_CORETYPE=" + *coretype + " is set; without it OpenBLAS picks its AVX-512 kernels" +
            gain;

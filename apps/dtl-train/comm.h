@@ -121,7 +121,7 @@ class Reducer {
   double last_wait_s_ = 0;
   CommTiming last_timing_;
   at::Tensor clip_scale_;
-  at::Tensor world_;  ///< the divisor of every gradient (a wrapped number: no type promotion)
+  at::Tensor world_;  ///< the divisor of every gradient (0-dim: it leaves the gradients' dtype alone)
 };
 
 }  // namespace dtl::train

@@ -27,7 +27,14 @@ constexpr int kLanes = 16;
 /// e^x for x in [-87, 88] (Cephes' expf: x = n ln 2 + r, a degree-6 polynomial in r, then 2^n
 /// through the exponent bits; within 2 ulp). Callers clamp x: one clamp keeps the loop branch-free.
 inline float exp_in_range(float x) {
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  // Adding 1.5 * 2^23 rounds x / ln 2 to an integer n, which then sits in the low mantissa bits: read
+  // from there (a float-to-int conversion of a NaN would be undefined behaviour).
+  const float shifted = x * 1.44269504088896341f + 12582912.0f;
+  const float n = shifted - 12582912.0f;
+  uint32_t shifted_bits, magic_bits;
+  const float magic = 12582912.0f;
+  std::memcpy(&shifted_bits, &shifted, sizeof shifted_bits);
+  std::memcpy(&magic_bits, &magic, sizeof magic_bits);
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -37,7 +44,7 @@ inline float exp_in_range(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  const uint32_t bits = (shifted_bits - magic_bits + 127u) << 23;  // 2^n, n in [-126, 127] (mod 2^32 arithmetic)
   float two_to_n;
   std::memcpy(&two_to_n, &bits, sizeof two_to_n);
   return p * two_to_n;

@@ -44,7 +44,9 @@ class FusedAdamW {
 
   /// One update of every parameter that has a gradient; parameters without one are skipped.
   /// `grad_scale` (a 0-dim tensor, e.g. the clipping coefficient), when given, multiplies each
-  /// gradient as it is read: the same update as scaling the gradients first, without that pass.
+  /// gradient as it is read: the same update as scaling the gradients first, without that pass. On
+  /// the multi-tensor path torch's kernel divides by its reciprocal instead (so to rounding: 1 ulp
+  /// apart for some elements) and leaves the scaled gradients in .grad.
   void step(const at::Tensor& grad_scale = {});
 
   /// All per-parameter state, exactly: a loaded optimizer continues bit-identically.
