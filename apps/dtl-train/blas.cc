@@ -34,8 +34,9 @@ std::string blas_advice(const std::string& path) {
 std::optional<std::string> openblas_core() {
   using CoreName = char* (*)();
   auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  if (!name || !name()) return std::nullopt;
-  return std::string(name());
+  const char* core = name ? name() : nullptr;
+  if (!core) return std::nullopt;
+  return std::string(core);
 }
 
 bool cpu_has_avx512() {
@@ -81,7 +82,7 @@ FortranSgemm fortran_sgemm() {
 /// cblas_sgemm for row-major layout through the column-major sgemm_: C^T = op(B)^T op(A)^T.
 void row_major_through_fortran(int, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                                const float* b, int ldb, float beta, float* c, int ldc) {
-  const char ta = trans_a == 112 ? 'T' : 'N', tb = trans_b == 112 ? 'T' : 'N';
+  const char ta = trans_a == kCblasTrans ? 'T' : 'N', tb = trans_b == kCblasTrans ? 'T' : 'N';
   fortran_sgemm()(&tb, &ta, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc, 1, 1);
 }
 

@@ -21,7 +21,6 @@
 namespace dtl::train {
 namespace {
 
-constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 constexpr int kLanes = 16;
 
 /// e^x for x in [-87, 88] (Cephes' expf: x = n ln 2 + r, a degree-6 polynomial in r, then 2^n
@@ -70,7 +69,8 @@ inline float lane_sum(const float* acc) {
 /// Row-major C = alpha op(A) op(B) + beta C through cblas_sgemm.
 inline void gemm(CblasSgemm f, bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
                  const float* b, int ldb, float beta, float* c, int ldc) {
-  f(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  f(kCblasRowMajor, ta ? kCblasTrans : kCblasNoTrans, tb ? kCblasTrans : kCblasNoTrans, m, n, k, alpha, a, lda, b, ldb,
+    beta, c, ldc);
 }
 
 /// Row i of a block of scores, its keys 0..i (the rest of the row is set to 0): scaled scores in,

@@ -9,10 +9,12 @@
 
 namespace dtl::train {
 
-/// cblas_sgemm's signature (row-major layout, transposes as 111/112), looked up at run time in
-/// whichever BLAS libtorch loaded (blas.h), so the attention's products run on the same library.
+/// cblas_sgemm's signature, looked up at run time in whichever BLAS libtorch loaded (blas.h), so
+/// the attention's products run on the same library.
 using CblasSgemm = void (*)(int layout, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
                             int lda, const float* b, int ldb, float beta, float* c, int ldc);
+/// CBLAS's values for its layout and transpose arguments.
+constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 
 /// g = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), torch's gelu(x, "tanh"), over n floats.
 void gelu_tanh_forward(const float* x, float* g, int64_t n);

@@ -59,6 +59,7 @@ struct CausalAttention : torch::autograd::Function<CausalAttention> {
     at::Tensor y = at::empty({s.batch, s.time, s.width()}, in.options());
     at::Tensor probs = at::empty({s.batch, s.heads, s.time, s.time}, in.options());
     const CblasSgemm gemm = process_cblas_sgemm();
+    TORCH_CHECK(gemm, "fused attention: no sgemm in this process (check fused_attention_usable first)");
     at::parallel_for(0, s.pairs(), 1, [&](int64_t begin, int64_t end) {
       causal_attention_forward(gemm, s, begin, end, in.data_ptr<float>(), y.data_ptr<float>(), probs.data_ptr<float>());
     });

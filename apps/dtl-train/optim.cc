@@ -1,6 +1,5 @@
 #include "optim.h"
 
-#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -8,7 +7,6 @@
 
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
-#include <c10/util/irange.h>
 #include <torch/serialize/archive.h>
 #include <torch/version.h>
 
@@ -40,19 +38,16 @@ struct MultiTensorBatch {
   std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
 };
 
-/// torch's multi-tensor AdamW over one group. Its grad_scale divides (it unscales AMP's loss
-/// scale), so a multiplier goes in as its reciprocal; the caller counts the steps first, as
-/// torch.optim does.
+/// torch's multi-tensor AdamW over one group, the gradients divided by `divisor` if given (its
+/// grad_scale unscales AMP's loss scale); the caller counts the steps first, as torch.optim does.
 void step_multi_tensor(MultiTensorBatch& b, double lr, double beta1, double beta2, double wd, double eps,
-                       const at::Tensor& grad_scale) {
+                       const std::optional<at::Tensor>& divisor) {
 #ifdef DTL_MULTI_TENSOR_ADAMW
   at::_foreach_add_(b.steps, 1);
-  std::optional<at::Tensor> divisor;
-  if (grad_scale.defined()) divisor = at::reciprocal(grad_scale.to(b.params.front().device(), at::kFloat));
   at::_fused_adamw_(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, b.steps, lr, beta1, beta2, wd,
                     eps, /*amsgrad=*/false, /*maximize=*/false, divisor, /*found_inf=*/std::nullopt);
 #else
-  (void)b, (void)lr, (void)beta1, (void)beta2, (void)wd, (void)eps, (void)grad_scale;
+  (void)b, (void)lr, (void)beta1, (void)beta2, (void)wd, (void)eps, (void)divisor;
 #endif
 }
 
@@ -77,6 +72,7 @@ void FusedAdamW::step(const at::Tensor& grad_scale) {
   at::NoGradGuard no_grad;
   const bool scaled = grad_scale.defined();
   std::optional<float> scale_value;  // read once, where the fused loop needs it (a GPU tensor would sync)
+  std::optional<at::Tensor> divisor;  // the multi-tensor kernel's form of it: made once, where it is needed
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const double wd = groups_[gi].weight_decay;
     MultiTensorBatch batch;
@@ -125,7 +121,9 @@ void FusedAdamW::step(const at::Tensor& grad_scale) {
         p.addcdiv_(st.exp_avg, denom, -step_size);
       }
     }
-    if (!batch.params.empty()) step_multi_tensor(batch, lr_, beta1_, beta2_, wd, eps_, grad_scale);
+    if (batch.params.empty()) continue;
+    if (scaled && !divisor) divisor = at::reciprocal(grad_scale.to(batch.params.front().device(), at::kFloat));
+    step_multi_tensor(batch, lr_, beta1_, beta2_, wd, eps_, divisor);
   }
 }
 

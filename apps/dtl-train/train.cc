@@ -18,6 +18,7 @@
 #include "blas.h"
 #include "comm.h"
 #include "data.h"
+#include "fused_ops.h"
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
@@ -71,11 +72,14 @@ Placement place(const TrainOptions& o, const LaunchEnv& env) {
   return p;
 }
 
-/// What the model's GELU and attention run on, for the start line (fused_ops.h's conditions).
+/// What the model's GELU and attention run on, for the start line: fused_ops.h's own conditions,
+/// asked of an empty tensor of what they will be given (bf16 under autocast).
 std::string kernels_used(const TrainOptions& o, c10::Device device) {
-  if (o.cpu_kernels != "fused" || !device.is_cpu() || o.mixed_precision != "no") return "torch's ops";
+  const at::Tensor given =
+      at::empty({0}, at::TensorOptions(device).dtype(o.mixed_precision == "bf16" ? at::kBFloat16 : at::kFloat));
+  if (o.cpu_kernels != "fused" || !fused_gelu_usable(given)) return "torch's ops";
   if (o.model.dropout > 0) return "fused GELU, torch's attention (dropout)";
-  if (!process_cblas_sgemm()) return "fused GELU, torch's attention (no sgemm in the process)";
+  if (!fused_attention_usable(given)) return "fused GELU, torch's attention (no sgemm in the process)";
   return "fused GELU and attention";
 }
 

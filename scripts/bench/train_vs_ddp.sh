@@ -50,9 +50,10 @@ tmp=$(mktemp -d /tmp/train-vs-ddp.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
 blas=$(ldd "$trainer" | awk '/libblas.so/ {print $3}')
-# OpenBLAS names the kernel set it picked on stderr when OPENBLAS_VERBOSE=2.
-core=$(OPENBLAS_VERBOSE=2 "$python" -c 'import torch' 2>&1 | sed -n 's/^Core: //p' | head -1)
-echo "machine: $(nproc) CPUs, $(uname -m), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1); torch $("$python" -c 'import torch; print(torch.__version__)')"
+# One import of torch for its version and, with OPENBLAS_VERBOSE=2, the kernel set OpenBLAS picked.
+torch_info=$(OPENBLAS_VERBOSE=2 "$python" -c 'import torch; print("torch", torch.__version__)' 2>&1)
+core=$(sed -n 's/^Core: //p' <<<"$torch_info" | head -1)
+echo "machine: $(nproc) CPUs, $(uname -m), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1); $(grep -m1 '^torch ' <<<"$torch_info")"
 echo "BLAS: $(readlink -f "$blas")${core:+, OpenBLAS kernels: $core}${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
 echo "both sides: 2 ranks, Gloo, OMP_NUM_THREADS=1, AdamW, warmup+cosine, clip 1.0, $bucket_mb MB buckets, $steps steps; dtl-train --cpu_kernels $cpu_kernels"
 

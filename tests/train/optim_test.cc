@@ -112,10 +112,11 @@ TEST_CASE("fused AdamW with a gradient scale takes the steps of the scaled gradi
   }
   REQUIRE(same(scaled.all(), prescaled.all()));
   // And on torch's ops, which take what the fused loop does not (here: double parameters).
-  Params d1, d2;
-  for (const auto& t : make_params(8).decay) d1.decay.push_back(t.detach().to(torch::kDouble).requires_grad_());
-  for (const auto& t : make_params(8).no_decay) d1.no_decay.push_back(t.detach().to(torch::kDouble).requires_grad_());
-  d2 = clone(d1);
+  const Params floats = make_params(8);
+  Params d1;
+  for (const auto& t : floats.decay) d1.decay.push_back(t.detach().to(torch::kDouble).requires_grad_());
+  for (const auto& t : floats.no_decay) d1.no_decay.push_back(t.detach().to(torch::kDouble).requires_grad_());
+  Params d2 = clone(d1);
   FusedAdamW c = make_fused(d1), d = make_fused(d2);
   set_grads(300, {d1.all(), d2.all()});
   for (const auto& p : d2.all()) p.mutable_grad().mul_(scale);
