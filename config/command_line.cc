@@ -502,7 +502,9 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   }
   for (const auto& f : flags) {
     if (f.option->count() == 0 && !f.source.empty()) {  // a variable or the config file
-      o.set_by[f.name] = f.source + (f.note.empty() ? "" : " (" + f.note + ")");
+      o.sources[f.name] = Source{f.from_file ? Source::Kind::file : Source::Kind::env, f.source, f.note};
+    } else if (f.option->count() > 0) {
+      o.sources[f.name] = Source{Source::Kind::flag, f.source, ""};
     }
   }
   o.program = rest.front();

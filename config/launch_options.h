@@ -45,6 +45,20 @@ struct RdzvConf {
   std::optional<bool> is_host;  ///< unset: host when the endpoint is one of this machine's addresses
 };
 
+/// Where a setting's value came from: the flag as typed, a variable, a config file's key, or the
+/// default. Errors and warnings name it, so that they point at what the user really wrote.
+struct Source {
+  enum class Kind { default_, flag, env, file } kind = Kind::default_;
+  std::string where;  ///< "--nproc-per-node", "PET_NPROC_PER_NODE", "cfg.yaml:3:17: nproc_per_node"; default: "--name"
+  std::string note;   ///< how a file's keys became the value (accelerate's num_processes), or ""
+
+  /// "--where=value" for a flag or the default, else "name=value (from where[ (note)])".
+  std::string describe(const std::string& name, const std::string& value) const {
+    if (kind == Kind::flag || kind == Kind::default_) return where + "=" + value;
+    return name + "=" + value + " (from " + where + (note.empty() ? "" : " (" + note + ")") + ")";
+  }
+};
+
 struct LaunchOptions {
   NprocSpec nproc_per_node;
   int min_nodes = 1;  ///< --nnodes N or MIN:MAX
@@ -83,15 +97,18 @@ struct LaunchOptions {
   /// The config file's `env:` entries that no inherited variable overrides, in file order.
   std::vector<std::pair<std::string, std::string>> extra_env;
   std::string config_file;  ///< the config file in effect; empty: none
-  /// Settings that came from a variable or the config file: name -> where ("PET_NPROC_PER_NODE",
-  /// "cfg.yaml:2:19: distributed_type (...)"), so later errors name what the user wrote.
-  std::map<std::string, std::string> set_by;
+  /// Where each setting's value came from, by setting name; a setting missing here has its default.
+  std::map<std::string, Source> sources;
 
+  /// Where setting `name` came from (a default-kind Source when it was not set).
+  Source source(const std::string& name) const {
+    auto it = sources.find(name);
+    return it == sources.end() ? Source{Source::Kind::default_, "--" + name, ""} : it->second;
+  }
   /// How an error names setting `name` whose value is `value`: "--name=value" when it came from
   /// the command line or the default, else "name=value (from <where>)".
   std::string named(const std::string& name, const std::string& value) const {
-    auto it = set_by.find(name);
-    return it == set_by.end() ? "--" + name + "=" + value : name + "=" + value + " (from " + it->second + ")";
+    return source(name).describe(name, value);
   }
 };
 
