@@ -258,7 +258,8 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   add("rdzv_id", "job id (alias of --run_id)");
   add("rdzv_conf", "rendezvous settings k=v,k=v (join_timeout, last_call_timeout, keep_alive_interval, ...)");
   add("local_addr", "this node's address, as its workers are reached");
-  add("rdzv_token", "shared secret that nodes prove with HMAC-SHA256 (never sent); or DTLAUNCH_RDZV_TOKEN");
+  add("rdzv_token", "shared secret that nodes prove with HMAC-SHA256 (never sent); or DTLAUNCH_RDZV_TOKEN", "",
+      {"DTLAUNCH_RDZV_TOKEN"});
   add("rdzv_token_file", "file holding the shared secret");
   add("run_id", "job id, exported as TORCHELASTIC_RUN_ID (default none)");
   add("max_restarts", "restarts of the worker group after a failure (default 0)", "0");

@@ -22,8 +22,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-milliseconds ms(double seconds) { return milliseconds(static_cast<long long>(seconds * 1000)); }
-
 rdzv::FailureReport to_report(const WorkerFailure& f, const std::string& host) {
   rdzv::FailureReport r;
   r.rank = f.rank;
@@ -57,64 +55,6 @@ WorkerFailure from_report(const rdzv::FailureReport& r) {
 }
 
 }  // namespace
-
-std::variant<AgentOptions, std::string> make_agent_options(const config::LaunchOptions& o, const LaunchPlan& plan,
-                                                           const std::string& token) {
-  AgentOptions a;
-  const bool is_static = o.rdzv_backend == "static";
-  std::string endpoint = o.rdzv_endpoint;
-  if (endpoint.empty()) {
-    if (!is_static) return std::string("--rdzv_backend=c10d needs --rdzv_endpoint host[:port]");
-    endpoint = o.master_addr + ":" + std::to_string(o.master_port);
-  }
-  std::pair<std::string, int> ep;
-  try {
-    ep = rdzv::parse_endpoint(endpoint, is_static ? o.master_port : 29400);
-  } catch (const std::invalid_argument& e) {
-    return std::string("--rdzv_endpoint: ") + e.what();
-  }
-  const auto& conf = o.rdzv_conf;
-  bool host = is_static ? o.node_rank == 0 : conf.is_host.value_or(false);
-  if (!is_static && !conf.is_host) host = a.host_if_free = rdzv::is_local_address(ep.first);
-
-  auto& c = a.client;
-  c.host = ep.first;
-  c.port = ep.second;
-  c.run_id = o.run_id;
-  c.token = token;
-  c.connect_timeout = ms(conf.join_timeout_s);
-  c.heartbeat_interval = ms(conf.keep_alive_interval_s);
-  c.heartbeat_misses = conf.keep_alive_max_attempt;
-  c.join.host = host_name();
-  c.join.addr = o.local_addr;
-  c.join.nproc = plan.nproc;
-  c.join.node_rank = is_static ? o.node_rank : -1;
-  c.join.max_restarts = o.max_restarts;
-  c.join.min_nodes = o.min_nodes;
-  c.join.max_nodes = o.max_nodes;
-  c.join.agent_id = std::random_device{}() * 4294967296ull + std::random_device{}();
-  auto port = rdzv::reserve_check(o.local_addr.empty() ? "0.0.0.0" : o.local_addr, 0);
-  if (auto* why = std::get_if<std::string>(&port)) return "cannot find a free port for the workers: " + *why;
-  c.join.worker_port = std::get<int>(port);
-
-  if (host) {
-    rdzv::ServerOptions s;
-    s.host = ep.first;
-    s.port = ep.second;
-    s.run_id = o.run_id;
-    s.token = token;
-    s.round.static_backend = is_static;
-    s.round.min_nodes = o.min_nodes;
-    s.round.max_nodes = o.max_nodes;
-    s.round.max_restarts = o.max_restarts;
-    s.round.join_timeout = ms(conf.join_timeout_s);
-    s.round.last_call_timeout = ms(conf.last_call_timeout_s);
-    s.heartbeat_interval = c.heartbeat_interval;
-    s.heartbeat_misses = c.heartbeat_misses;
-    a.server = s;
-  }
-  return a;
-}
 
 struct ElasticAgent::Impl {
   Impl(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,

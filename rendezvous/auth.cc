@@ -66,22 +66,21 @@ bool proof_matches(const Bytes& expected, const Bytes& got) {
   return CRYPTO_memcmp(expected.data(), got.data(), expected.size()) == 0;
 }
 
-std::variant<Token, TokenError> read_token(const std::optional<std::string>& flag,
-                                           const std::optional<std::string>& env,
-                                           const std::optional<std::string>& file) {
-  if (flag) {
-    if (flag->empty()) return TokenError{"--rdzv_token is empty"};
-    return Token{*flag, "--rdzv_token",
-                 "--rdzv_token on the command line is visible to every user of this machine (ps); "
-                 "prefer --rdzv_token_file or DTLAUNCH_RDZV_TOKEN"};
+std::variant<Token, TokenError> read_token(const TokenSources& sources) {
+  if (const auto& given = sources.token) {
+    if (given->value.empty()) {
+      return TokenError{given->called + (given->on_command_line ? " is empty" : " is set but empty")};
+    }
+    Token token{given->value, given->called, ""};
+    if (given->on_command_line) {
+      token.warning = given->called + " on the command line is visible to every user of this machine (ps)" +
+                      (sources.safer.empty() ? "" : "; prefer " + sources.safer);
+    }
+    return token;
   }
-  if (env) {
-    if (env->empty()) return TokenError{"DTLAUNCH_RDZV_TOKEN is set but empty"};
-    return Token{*env, "DTLAUNCH_RDZV_TOKEN", ""};
-  }
-  if (!file) return Token{};
+  if (!sources.file) return Token{};
 
-  const std::string& path = *file;
+  const std::string& path = sources.file->value;
   auto failure = [&](int err) { return TokenError{"cannot read token file " + path + ": " + std::strerror(err)}; };
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return failure(errno);
@@ -111,7 +110,7 @@ std::variant<Token, TokenError> read_token(const std::optional<std::string>& fla
   while (!value.empty() && (value.back() == '\n' || value.back() == '\r')) value.pop_back();
   if (value.empty()) return TokenError{"token file " + path + " is empty"};
 
-  Token token{value, "--rdzv_token_file " + path, ""};
+  Token token{value, sources.file->called + " " + path, ""};
   if (st.st_mode & (S_IRGRP | S_IROTH)) {
     token.warning = "token file " + path + " is readable by group or others (mode " + octal_mode(st.st_mode) +
                     "); chmod 600 it";

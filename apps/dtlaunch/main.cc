@@ -23,9 +23,8 @@
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
-#include "launcher/rdzv_server_command.h"
+#include "launcher/rdzv_options.h"
 #include "launcher/supervisor.h"
-#include "rendezvous/auth.h"
 #include "rendezvous/ports.h"
 
 namespace {
@@ -57,11 +56,8 @@ int main(int argc, char** argv) {
     if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) return 1;
   }
   auto env = config::process_env();
+  setup_logging();
   if (auto code = commands::run_subcommand(std::vector<std::string>(argv + 1, argv + argc), env)) return *code;
-  if (argc > 1 && std::string_view(argv[1]) == "rdzv-server") {
-    setup_logging();
-    return launcher::run_rdzv_server_command(std::vector<std::string>(argv + 2, argv + argc), env);
-  }
   auto parsed = config::parse_command_line(std::vector<std::string>(argv + 1, argv + argc), env);
   if (!parsed.options) {
     for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
@@ -88,7 +84,10 @@ int main(int argc, char** argv) {
   try {
     launcher::HostFacts host{options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
                              cpu_count(), env,
-                             rendezvous::reserve_check};
+                             [&](const std::string& addr, int port) {
+                               return rendezvous::reserve_check(addr, port, {launcher::called(options, "master_addr"),
+                                                                             launcher::called(options, "master_port")});
+                             }};
     auto planned = launcher::make_plan(options, host);
     if (auto* err = std::get_if<launcher::PlanError>(&planned)) return fail(err->message, err->exit_code);
     const auto& plan = std::get<launcher::LaunchPlan>(planned);
@@ -102,16 +101,10 @@ int main(int argc, char** argv) {
 
     std::optional<launcher::AgentOptions> agent_options;
     if (launcher::is_multi_node(options)) {
-      auto token = rendezvous::read_token(options.rdzv_token.empty() ? std::nullopt : std::optional(options.rdzv_token),
-                                          env("DTLAUNCH_RDZV_TOKEN"),
-                                          options.rdzv_token_file.empty() ? std::nullopt
-                                                                          : std::optional(options.rdzv_token_file));
-      if (auto* err = std::get_if<rendezvous::TokenError>(&token)) return fail("dtlaunch: error: " + err->what, 2);
-      const auto& t = std::get<rendezvous::Token>(token);
-      if (!t.warning.empty()) spdlog::warn("{}", t.warning);
-      auto made = launcher::make_agent_options(options, plan, t.value);
-      if (auto* err = std::get_if<std::string>(&made)) return fail("dtlaunch: error: " + *err, 2);
-      agent_options = std::get<launcher::AgentOptions>(made);
+      auto made = launcher::make_agent_options(options, plan, launcher::this_host());
+      if (auto* err = std::get_if<Error>(&made)) return fail("dtlaunch: error: " + err->message, err->exit_code);
+      for (const auto& w : std::get<launcher::AgentSetup>(made).warnings) spdlog::warn("{}", w);
+      agent_options = std::get<launcher::AgentSetup>(made).options;
     }
 
     launcher::OrphanGuard guard;
