@@ -46,6 +46,17 @@ void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
   spdlog::set_default_logger(logger);
 }
 
+/// The rendezvous token. Only one typed on the command line is the flag that `ps` shows; an empty
+/// one is unset, except an empty DTLAUNCH_RDZV_TOKEN, which read_token refuses.
+std::variant<dtl::rendezvous::Token, dtl::rendezvous::TokenError> token_for(const dtl::config::LaunchOptions& o) {
+  const dtl::config::Source source = o.source("rdzv_token");
+  const bool typed = source.kind == dtl::config::Source::Kind::flag;
+  std::optional<std::string> token;
+  if (!o.rdzv_token.empty() || source.where == "DTLAUNCH_RDZV_TOKEN") token = o.rdzv_token;
+  return dtl::rendezvous::read_token(typed ? token : std::nullopt, typed ? std::nullopt : token,
+                                     o.rdzv_token_file.empty() ? std::nullopt : std::optional(o.rdzv_token_file));
+}
+
 /// The one place where dtlaunch's errors get their prefix.
 std::string error_line(const dtl::Error& e) { return "dtlaunch: error: " + e.message + "\n"; }
 
@@ -107,15 +118,7 @@ int main(int argc, char** argv) {
 
     std::optional<launcher::AgentOptions> agent_options;
     if (launcher::is_multi_node(options)) {
-      // Only a token typed on the command line is the flag that `ps` shows; an empty one is unset,
-      // except an empty DTLAUNCH_RDZV_TOKEN, which read_token refuses.
-      const config::Source token_source = options.source("rdzv_token");
-      const bool typed = token_source.kind == config::Source::Kind::flag;
-      std::optional<std::string> token_value;
-      if (!options.rdzv_token.empty() || token_source.where == "DTLAUNCH_RDZV_TOKEN") token_value = options.rdzv_token;
-      auto token = rendezvous::read_token(typed ? token_value : std::nullopt, typed ? std::nullopt : token_value,
-                                          options.rdzv_token_file.empty() ? std::nullopt
-                                                                          : std::optional(options.rdzv_token_file));
+      auto token = token_for(options);
       if (auto* err = std::get_if<rendezvous::TokenError>(&token)) return fail(Error{err->what});
       const auto& t = std::get<rendezvous::Token>(token);
       if (!t.warning.empty()) spdlog::warn("{}", t.warning);
