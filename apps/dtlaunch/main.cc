@@ -46,6 +46,20 @@ void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
   spdlog::set_default_logger(logger);
 }
 
+/// The rendezvous token. Only one typed on the command line is the flag that `ps` shows; an empty
+/// one is unset, except an empty DTLAUNCH_RDZV_TOKEN, which read_token refuses.
+std::variant<dtl::rendezvous::Token, dtl::rendezvous::TokenError> token_for(const dtl::config::LaunchOptions& o) {
+  const dtl::config::Source source = o.source("rdzv_token");
+  const bool typed = source.kind == dtl::config::Source::Kind::flag;
+  std::optional<std::string> token;
+  if (!o.rdzv_token.empty() || source.where == "DTLAUNCH_RDZV_TOKEN") token = o.rdzv_token;
+  return dtl::rendezvous::read_token(typed ? token : std::nullopt, typed ? std::nullopt : token,
+                                     o.rdzv_token_file.empty() ? std::nullopt : std::optional(o.rdzv_token_file));
+}
+
+/// The one place where dtlaunch's errors get their prefix.
+std::string error_line(const dtl::Error& e) { return "dtlaunch: error: " + e.message + "\n"; }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,23 +77,25 @@ int main(int argc, char** argv) {
     return launcher::run_rdzv_server_command(std::vector<std::string>(argv + 2, argv + argc), env);
   }
   auto parsed = config::parse_command_line(std::vector<std::string>(argv + 1, argv + argc), env);
+  if (parsed.error) {
+    std::cerr << error_line(*parsed.error);
+    return parsed.error->exit_code;
+  }
   if (!parsed.options) {
     for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
-    (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
-    return parsed.exit_code;
+    std::cout << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
+    return 0;
   }
   const config::LaunchOptions& options = *parsed.options;
   // From here on everything dtlaunch and its workers print goes through the console's own thread,
   // so a console that stops reading cannot stall the event loop (signals, exits, the rendezvous).
   launcher::Console console;
   setup_logging(console.sink());
-  const auto fail = [&](const std::string& line, int code) {
-    console.write(2, line + "\n");
-    return code;
+  const auto fail = [&](const Error& e) {
+    console.write(2, error_line(e));
+    return e.exit_code;
   };
   for (const auto& w : parsed.warnings) spdlog::warn("{}", w);
-  // The config file's env: entries and accelerate's variables: inherited by the workers like the rest.
-  for (const auto& [name, value] : config::worker_variables(options)) setenv(name.c_str(), value.c_str(), 1);
 
   // Orphans of workers come to dtlaunch, which stops them; the guard covers a SIGKILLed dtlaunch.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -90,7 +106,7 @@ int main(int argc, char** argv) {
                              cpu_count(), env,
                              rendezvous::reserve_check};
     auto planned = launcher::make_plan(options, host);
-    if (auto* err = std::get_if<launcher::PlanError>(&planned)) return fail(err->message, err->exit_code);
+    if (auto* err = std::get_if<Error>(&planned)) return fail(*err);
     const auto& plan = std::get<launcher::LaunchPlan>(planned);
     for (const auto& notice : plan.notices) {
       if (notice.rfind("warning: ", 0) == 0) {
@@ -102,15 +118,12 @@ int main(int argc, char** argv) {
 
     std::optional<launcher::AgentOptions> agent_options;
     if (launcher::is_multi_node(options)) {
-      auto token = rendezvous::read_token(options.rdzv_token.empty() ? std::nullopt : std::optional(options.rdzv_token),
-                                          env("DTLAUNCH_RDZV_TOKEN"),
-                                          options.rdzv_token_file.empty() ? std::nullopt
-                                                                          : std::optional(options.rdzv_token_file));
-      if (auto* err = std::get_if<rendezvous::TokenError>(&token)) return fail("dtlaunch: error: " + err->what, 2);
+      auto token = token_for(options);
+      if (auto* err = std::get_if<rendezvous::TokenError>(&token)) return fail(Error{err->what});
       const auto& t = std::get<rendezvous::Token>(token);
       if (!t.warning.empty()) spdlog::warn("{}", t.warning);
       auto made = launcher::make_agent_options(options, plan, t.value);
-      if (auto* err = std::get_if<std::string>(&made)) return fail("dtlaunch: error: " + *err, 2);
+      if (auto* err = std::get_if<std::string>(&made)) return fail(Error{*err});
       agent_options = std::get<launcher::AgentOptions>(made);
     }
 
@@ -120,7 +133,7 @@ int main(int argc, char** argv) {
       run_logs.emplace(plan.log_dir, plan.group.run_id, !plan.writes_log_files());
     } catch (const std::system_error& e) {
       // A --log_dir that cannot be made is bad input (exit 2, nothing started); a full /tmp is not.
-      return fail(std::string("dtlaunch: error: ") + e.what(), plan.log_dir.empty() ? 1 : 2);
+      return fail(Error{e.what(), plan.log_dir.empty() ? 1 : 2});
     }
     launcher::RunLogDir& logs = *run_logs;
     // Should dtlaunch be SIGKILLed, the guard removes what only this run could have used.
@@ -143,6 +156,6 @@ int main(int argc, char** argv) {
     logs.finish(keep);
     return code;
   } catch (const std::exception& e) {
-    return fail(std::string("dtlaunch: error: ") + e.what(), 1);
+    return fail(Error{e.what(), 1});
   }
 }
