@@ -125,7 +125,7 @@ std::string check_loads_back(const std::string& path, const std::string& text) {
   auto r = config::parse_command_line({"--config_file", path, "--print_config"},
                                       [](const std::string&) { return std::optional<std::string>(); },
                                       [&](const std::string&) { return config::FileRead{config::FileRead::Status::ok, text}; });
-  return r.exit_code == 0 ? "" : r.output;
+  return r.error ? r.error->message : "";
 }
 
 int write_config(const std::string& path, const std::string& text, std::ostream& out) {
@@ -207,10 +207,7 @@ int run_validate(const ConfigArgs& a) {
   auto r = config::parse_command_line({"--config_file", *a.file, "--print_config"},
                                       [](const std::string&) { return std::optional<std::string>(); });
   for (const auto& w : r.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
-  if (r.exit_code != 0) {
-    std::cerr << r.output << "\n";
-    return r.exit_code;
-  }
+  if (r.error) return fail(r.error->message, r.error->exit_code);
   std::cout << "# " << *a.file << " is valid; alone (no flags, no variables), it gives:\n" << r.output;
   return 0;
 }

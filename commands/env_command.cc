@@ -163,8 +163,8 @@ int run_env(const std::vector<std::string>& args, const config::EnvLookup& env) 
     }
   }
 
-  if (settings.exit_code != 0) {
-    out << "- Settings: " << settings.output << "\n";
+  if (settings.error) {
+    out << "- Settings: error: " << settings.error->message << "\n";
   } else {
     out << "- Settings in effect:\n\n```yaml\n" << settings.output << "```\n";
   }

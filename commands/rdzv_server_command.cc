@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands/commands.h"
+#include "config/flags.h"
 #include "launcher/rdzv_options.h"
 
 namespace dtl::commands {

@@ -8,6 +8,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "config/flags.h"
 #include "config/text.h"
 
 namespace dtl::config {
@@ -17,19 +18,6 @@ namespace {
 struct Bad {
   std::string message;
 };
-
-/// Keys that accept a YAML list as well as "0,2".
-const std::set<std::string> kListKeys = {"gpu_ids", "local_ranks_filter", "signals_to_handle"};
-
-/// accelerate's keys that name a dtlaunch flag, for a hint when they show up in a dtlaunch file.
-const std::map<std::string, std::string> kAccelerateNames = {
-    {"num_processes", "nproc_per_node"}, {"num_machines", "nnodes"},       {"machine_rank", "node_rank"},
-    {"main_process_ip", "master_addr"},  {"main_process_port", "master_port"}};
-
-std::string upper(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
 
 /// YAML 1.1's booleans (accelerate's files are read by PyYAML, where `no` is false).
 std::optional<bool> yaml_bool(const std::string& s) {
@@ -173,39 +161,42 @@ void read_env(const Reader& r, const Entry& e, ConfigFile& out) {
   }
 }
 
-void read_dtlaunch(const Reader& r, const std::vector<Entry>& entries, const Schema& schema, ConfigFile& out) {
+/// A key's value as the flag of the same name takes it.
+std::string flag_text(const Reader& r, const Entry& e, Type type) {
+  switch (type) {
+    case Type::switch_: return r.boolean(e) ? "1" : "0";
+    case Type::list: return r.list(e);
+    case Type::text_or_no: return r.precision(e);
+    case Type::text: break;
+  }
+  return r.scalar(e);
+}
+
+/// " (did you mean nproc_per_node? ...)" for a key that is no row of the table.
+std::string unknown_key_hint(const std::string& key) {
+  std::vector<std::string> keys{"env"};
+  for (const auto& f : flags()) {
+    if (key == f.accelerate_key) {
+      return " (did you mean " + std::string(f.name) + "? " + key +
+             " is accelerate's key, read only from files that have distributed_type)";
+    }
+    keys.push_back(f.name);
+  }
+  std::string near = did_you_mean(key, keys);
+  return near.empty() ? " (the keys are dtlaunch's flag names, see dtlaunch --help, and env)"
+                      : " (did you mean " + near + "?)";
+}
+
+void read_dtlaunch(const Reader& r, const std::vector<Entry>& entries, ConfigFile& out) {
   for (const auto& e : entries) {
     if (e.name == "env") {
       read_env(r, e, out);
       continue;
     }
-    if (std::find(schema.keys.begin(), schema.keys.end(), e.name) == schema.keys.end()) {
-      std::string hint;
-      auto acc = kAccelerateNames.find(e.name);
-      if (acc != kAccelerateNames.end()) {
-        hint = " (did you mean " + acc->second + "? " + e.name +
-               " is accelerate's key, read only from files that have distributed_type)";
-      } else {
-        std::vector<std::string> keys = schema.keys;
-        keys.push_back("env");
-        std::string near = did_you_mean(e.name, keys);
-        hint = near.empty() ? " (the keys are dtlaunch's flag names, see dtlaunch --help, and env)"
-                            : " (did you mean " + near + "?)";
-      }
-      throw Bad{r.at(e.key.Mark()) + ": " + e.name + ": unknown key" + hint};
-    }
+    const Flag* f = find_flag(e.name);
+    if (!f) throw Bad{r.at(e.key.Mark()) + ": " + e.name + ": unknown key" + unknown_key_hint(e.name)};
     if (e.value.IsNull()) continue;
-    std::string v;
-    if (schema.switches.count(e.name)) {
-      v = r.boolean(e) ? "1" : "0";
-    } else if (kListKeys.count(e.name)) {
-      v = r.list(e);
-    } else if (e.name == "mixed_precision") {
-      v = r.precision(e);
-    } else {
-      v = r.scalar(e);
-    }
-    out.values[e.name] = r.value(e, v);
+    out.values[e.name] = r.value(e, flag_text(r, e, f->type));
   }
 }
 
@@ -237,7 +228,7 @@ void read_accelerate(const Reader& r, const std::vector<Entry>& entries, ConfigF
     throw Bad{r.path() + ": distributed_type: missing; accelerate's files name the kind of job "
                          "(NO, MULTI_CPU, MULTI_GPU, ...)"};
   }
-  const std::string dist = upper(r.scalar(*type));
+  const std::string dist = text::upper(r.scalar(*type));
   static const std::set<std::string> gpu_types = {"MULTI_GPU", "DEEPSPEED", "FSDP", "MEGATRON_LM"};
   if (!gpu_types.count(dist) && dist != "NO" && dist != "MULTI_CPU") {
     r.expected(*type, "one of NO, MULTI_CPU, MULTI_GPU, DEEPSPEED, FSDP, MEGATRON_LM (dtlaunch starts CPU and "
@@ -302,20 +293,17 @@ void read_accelerate(const Reader& r, const std::vector<Entry>& entries, ConfigF
   } else if (port) {
     out.values["master_port"] = r.value(*port, std::to_string(port_number));
   }
-  if (const Entry* e = get("rdzv_backend")) out.values["rdzv_backend"] = r.value(*e, r.scalar(*e));
-
   if (const Entry* e = get("gpu_ids"); e && !cpu) {
     std::string ids = r.list(*e);
     if (text::lower(text::trim(ids)) != "all") out.values["gpu_ids"] = r.value(*e, ids);
   }
-  if (const Entry* e = get("mixed_precision")) out.values["mixed_precision"] = r.value(*e, r.precision(*e));
-  if (const Entry* e = get("debug")) out.values["debug"] = r.value(*e, r.boolean(*e) ? "1" : "0");
-
   // What accelerate does and dtlaunch does not: named once, unless left at its default.
-  static const std::set<std::string> acted_on = {
-      "distributed_type", "use_cpu",      "num_machines", "machine_rank",    "num_processes", "main_process_ip",
-      "main_process_port", "same_network", "rdzv_backend", "gpu_ids",        "mixed_precision", "debug",
-      "main_training_function"};
+  std::set<std::string> acted_on = {"distributed_type", "same_network", "main_training_function"};
+  for (const auto& f : flags()) {
+    if (!*f.accelerate_key) continue;
+    acted_on.insert(f.accelerate_key);
+    if (const Entry* e = get(f.accelerate_key); e && f.accelerate_as_is) out.values[f.name] = r.value(*e, flag_text(r, *e, f.type));
+  }
   std::vector<std::string> ignored;
   if (gpu_types.count(dist) && dist != "MULTI_GPU") ignored.push_back("distributed_type: " + dist);
   for (const auto& e : entries) {
@@ -368,7 +356,7 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   return best;
 }
 
-ConfigResult parse_config(const std::string& text, const std::string& path, const Schema& schema) {
+ConfigResult parse_config(const std::string& text, const std::string& path) {
   Reader r(path);
   ConfigFile out;
   out.path = path;
@@ -378,11 +366,11 @@ ConfigResult parse_config(const std::string& text, const std::string& path, cons
       // PyYAML (accelerate) refuses a second document; YAML::Load would ignore it silently.
       auto docs = YAML::LoadAll(text);
       if (docs.size() > 1) {
-        return r.at(docs[1].Mark()) + ": expected one YAML document, got a second one (after '---')";
+        return Error{r.at(docs[1].Mark()) + ": expected one YAML document, got a second one (after '---')"};
       }
       if (!docs.empty()) root = docs.front();
     } catch (const YAML::ParserException& e) {
-      return r.at(e.mark) + ": YAML syntax error: " + e.msg;
+      return Error{r.at(e.mark) + ": YAML syntax error: " + e.msg};
     }
     if (root.IsNull()) return out;  // an empty file, or comments only
     auto entries = r.entries(root);
@@ -393,12 +381,12 @@ ConfigResult parse_config(const std::string& text, const std::string& path, cons
       out.format = ConfigFile::Format::accelerate;
       read_accelerate(r, entries, out);
     } else {
-      read_dtlaunch(r, entries, schema, out);
+      read_dtlaunch(r, entries, out);
     }
   } catch (const Bad& bad) {
-    return bad.message;
+    return Error{bad.message};
   } catch (const YAML::Exception& e) {
-    return r.at(e.mark) + ": " + e.msg;
+    return Error{r.at(e.mark) + ": " + e.msg};
   }
   return out;
 }
@@ -425,17 +413,17 @@ std::optional<ConfigLocation> locate_config(const std::optional<std::string>& fl
   return ConfigLocation{path, "default"};
 }
 
-std::variant<std::optional<ConfigFile>, std::string> load_config(const std::optional<ConfigLocation>& where,
-                                                                 const ReadFile& files, const Schema& schema) {
+std::variant<std::optional<ConfigFile>, Error> load_config(const std::optional<ConfigLocation>& where,
+                                                           const ReadFile& files) {
   if (!where) return std::optional<ConfigFile>();
   FileRead read = files(where->path);
   if (read.status == FileRead::Status::missing && where->chosen_by == "default") return std::optional<ConfigFile>();
   if (read.status != FileRead::Status::ok) {
     std::string who = where->chosen_by == "default" ? where->path : where->chosen_by;
-    return who + ": cannot read '" + where->path + "': " + read.text;
+    return Error{who + ": cannot read '" + where->path + "': " + read.text};
   }
-  auto parsed = parse_config(read.text, where->path, schema);
-  if (auto* error = std::get_if<std::string>(&parsed)) return *error;
+  auto parsed = parse_config(read.text, where->path);
+  if (auto* error = std::get_if<Error>(&parsed)) return *error;
   return std::optional<ConfigFile>(std::move(std::get<ConfigFile>(parsed)));
 }
 

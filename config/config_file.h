@@ -1,11 +1,10 @@
-// Config files: dtlaunch's own YAML, whose keys are the flags' names, and accelerate's, read as
+// Config files: dtlaunch's own YAML, whose keys are the flag table's names, and accelerate's, read as
 // accelerate writes them. Both become flag values that carry their file location, so that
 // parse_command_line merges them with flags and variables by one rule.
 #pragma once
 
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <variant>
@@ -32,17 +31,12 @@ struct ConfigFile {
   std::vector<std::string> warnings;                   ///< one line each, without "warning: "
 };
 
-/// The keys of dtlaunch's own files: the flags' names; `switches` take true/false.
-struct Schema {
-  std::vector<std::string> keys;
-  std::set<std::string> switches;
-};
+/// A parsed file, or one error "cfg.yaml:3:5: key: expected ..., got ...".
+using ConfigResult = std::variant<ConfigFile, Error>;
 
-/// A parsed file, or one error line "cfg.yaml:3:5: key: expected ..., got ...".
-using ConfigResult = std::variant<ConfigFile, std::string>;
-
-/// Files with `distributed_type` or `compute_environment` are accelerate's; the others dtlaunch's.
-ConfigResult parse_config(const std::string& text, const std::string& path, const Schema& schema);
+/// Files with `distributed_type` or `compute_environment` are accelerate's; the others dtlaunch's,
+/// whose keys are the rows of the flag table (config/flags.h) and `env`.
+ConfigResult parse_config(const std::string& text, const std::string& path);
 
 /// Which file is in effect, and what chose it ("--config_file", "DTLAUNCH_CONFIG_FILE", "default").
 struct ConfigLocation {
@@ -58,8 +52,8 @@ std::optional<ConfigLocation> locate_config(const std::optional<std::string>& fl
 
 /// Reads and parses the file; a default file that does not exist is no file (std::nullopt), a named
 /// one is an error.
-std::variant<std::optional<ConfigFile>, std::string> load_config(const std::optional<ConfigLocation>& where,
-                                                                 const ReadFile& files, const Schema& schema);
+std::variant<std::optional<ConfigFile>, Error> load_config(const std::optional<ConfigLocation>& where,
+                                                           const ReadFile& files);
 
 /// The candidate nearest to `word` by edit distance (`-` and `_` alike), or "" when none is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);

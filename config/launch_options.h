@@ -112,7 +112,7 @@ struct LaunchOptions {
   }
 };
 
-/// The variables a launch adds to the inherited environment for dtlaunch and its workers alike:
+/// The variables a launch adds to the workers' inherited environment (the plan carries them):
 /// `env:` entries and ACCELERATE_MIXED_PRECISION / ACCELERATE_USE_CPU / ACCELERATE_DEBUG_MODE.
 inline std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchOptions& o) {
   auto vars = o.extra_env;

@@ -35,6 +35,11 @@ inline std::string lower(std::string s) {
   return s;
 }
 
+inline std::string upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  return s;
+}
+
 inline std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) {
     s.replace(pos, from.size(), to);

@@ -7,8 +7,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "config/command_line.h"
 #include "config/config_file.h"
+#include "config/flags.h"
 #include "config/text.h"
 
 namespace dtl::config {
@@ -249,29 +249,31 @@ std::string render_config(const WizardAnswers& a, const std::string& written_by)
   std::string out = "# dtlaunch configuration, written by `" + written_by + "`: " + kinds[static_cast<int>(a.machine)] +
                     ", " + plural(a.num_machines, "machine") + ".\n" +
                     "# Keys are dtlaunch's flags; a flag or a PET_* variable given at launch wins over this file.\n";
-  auto line = [&](const std::string& key, const std::string& value) { out += key + ": " + yaml_scalar(value) + "\n"; };
-  if (a.machine == Machine::cpu) out += "use_cpu: true\n";
-  line("nproc_per_node", a.nproc);
-  if (a.machine != Machine::cpu && a.gpu_ids != "all") line("gpu_ids", a.gpu_ids);
-  line("nnodes", std::to_string(a.num_machines));
+  auto line = [&](Setting key, const std::string& value) {
+    out += std::string(flag(key).name) + ": " + yaml_scalar(value) + "\n";
+  };
+  if (a.machine == Machine::cpu) out += std::string(flag(Setting::use_cpu).name) + ": true\n";
+  line(Setting::nproc_per_node, a.nproc);
+  if (a.machine != Machine::cpu && a.gpu_ids != "all") line(Setting::gpu_ids, a.gpu_ids);
+  line(Setting::nnodes, std::to_string(a.num_machines));
   if (a.num_machines > 1) {
-    line("node_rank", std::to_string(a.machine_rank));
+    line(Setting::node_rank, std::to_string(a.machine_rank));
     if (a.same_network) {
-      line("master_addr", a.main_address);
-      line("master_port", std::to_string(a.main_port));
+      line(Setting::master_addr, a.main_address);
+      line(Setting::master_port, std::to_string(a.main_port));
     } else {
-      line("rdzv_backend", a.rdzv_backend);
+      line(Setting::rdzv_backend, a.rdzv_backend);
       const bool ipv6 = a.main_address.find(':') != std::string::npos;  // host:port needs [fd00::1]:port
-      line("rdzv_endpoint", (ipv6 ? "[" + a.main_address + "]" : a.main_address) + ":" + std::to_string(a.main_port));
+      line(Setting::rdzv_endpoint, (ipv6 ? "[" + a.main_address + "]" : a.main_address) + ":" + std::to_string(a.main_port));
     }
   } else {
-    line("master_port", std::to_string(a.main_port));
+    line(Setting::master_port, std::to_string(a.main_port));
   }
-  line("mixed_precision", a.mixed_precision);
-  line("max_restarts", std::to_string(a.max_restarts));
+  line(Setting::mixed_precision, a.mixed_precision);
+  line(Setting::max_restarts, std::to_string(a.max_restarts));
   if (!a.log_dir.empty()) {
-    line("log_dir", a.log_dir);
-    line("tee", "3");  // the answer asked for log files: each rank's stdout and stderr, and the console too
+    line(Setting::log_dir, a.log_dir);
+    line(Setting::tee, "3");  // the answer asked for log files: each rank's stdout and stderr, and the console too
   }
   return out;
 }

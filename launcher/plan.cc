@@ -11,16 +11,20 @@
 namespace dtl::launcher {
 namespace {
 
-std::string ids_text(const std::vector<int>& ids) {
-  std::vector<std::string> items;
-  for (int id : ids) items.push_back(std::to_string(id));
-  return text::join(items);
-}
-
 using config::GpuVisibility;
 using config::NprocSpec;
 
-PlanError error(std::string message, int code = 2) { return PlanError{code, "dtlaunch: error: " + message}; }
+Error error(std::string message, int code = 2) { return Error{std::move(message), code}; }
+
+/// The environment as the workers will inherit it: the plan's variables over dtlaunch's own.
+config::EnvLookup with_variables(const EnvPairs& variables, const config::EnvLookup& inherited) {
+  return [&variables, inherited](const std::string& name) -> std::optional<std::string> {
+    for (const auto& [k, v] : variables) {
+      if (k == name) return v;
+    }
+    return inherited(name);
+  };
+}
 
 std::string random_id() {
   std::random_device rd;
@@ -54,9 +58,10 @@ bool is_multi_node(const config::LaunchOptions& o) {
   return !o.standalone && (o.max_nodes > 1 || (o.rdzv_backend == "c10d" && !o.rdzv_endpoint.empty()));
 }
 
-std::variant<LaunchPlan, PlanError> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
+std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
   LaunchPlan plan;
-  const auto& env = host.env;
+  plan.group.variables = config::worker_variables(o);
+  const config::EnvLookup env = with_variables(plan.group.variables, host.env);
   const std::string path_env = env("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
 
   // The command.
@@ -105,10 +110,6 @@ std::variant<LaunchPlan, PlanError> make_plan(const config::LaunchOptions& o, co
       }
       plan.nproc = ngpus;
       break;
-  }
-  if (o.gpu_ids && o.nproc_per_node.kind == NprocSpec::Kind::count && plan.nproc > ngpus) {
-    return error(o.named("nproc_per_node", std::to_string(plan.nproc)) + " is more than the " +
-                 std::to_string(ngpus) + " GPUs listed in " + o.named("gpu_ids", ids_text(*o.gpu_ids)));
   }
   plan.cuda_visible_devices.assign(plan.nproc, std::nullopt);
   const bool use_gpus = ngpus > 0 && o.nproc_per_node.kind != NprocSpec::Kind::cpu;

@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/error.h"
 #include "config/launch_options.h"
 #include "config/command_line.h"
 #include "launcher/gpus.h"
@@ -44,12 +45,8 @@ struct LaunchPlan {
   bool writes_log_files() const;
 };
 
-struct PlanError {
-  int exit_code = 2;
-  std::string message;  ///< one line, "dtlaunch: error: ..."
-};
-
-std::variant<LaunchPlan, PlanError> make_plan(const config::LaunchOptions& options, const HostFacts& host);
+/// The plan, or why there is none (exit code 2 for bad input, 127 for a missing program).
+std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& options, const HostFacts& host);
 
 /// Whether the launch goes through the rendezvous (several nodes, or c10d with an endpoint) rather
 /// than straight to the workers.

@@ -18,8 +18,8 @@ std::chrono::milliseconds ms(double seconds) {
 /// A setting given by the user (not its default), as the rendezvous takes it. A flag is called by
 /// its name, however it was spelled: a warning about it is about the setting.
 std::optional<rdzv::Given> given(const config::LaunchOptions& o, const std::string& name, const std::string& value) {
-  if (!o.sources.count(name)) return std::nullopt;
   const config::Source s = o.source(name);
+  if (s.kind == config::Source::Kind::default_) return std::nullopt;
   const bool flag = s.kind == config::Source::Kind::flag;
   return rdzv::Given{value, flag ? "--" + name : s.where, flag};
 }

@@ -1,8 +1,19 @@
 #include "launcher/worker_env.h"
 
 #include <cstring>
+#include <string_view>
 
 namespace dtl::launcher {
+namespace {
+
+bool has(const EnvPairs& pairs, std::string_view name) {
+  for (const auto& [k, v] : pairs) {
+    if (k == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::EnvLookup& inherited) {
   const int rank = g.base_rank + slot.local_rank;
@@ -24,10 +35,16 @@ EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::Env
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"TORCHELASTIC_ERROR_FILE", slot.error_file},
   };
-  if (!inherited("TORCH_NCCL_ASYNC_ERROR_HANDLING")) env.emplace_back("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  if (!inherited("OMP_NUM_THREADS")) env.emplace_back("OMP_NUM_THREADS", "1");
+  auto is_set = [&](const std::string& name) { return has(g.variables, name) || inherited(name).has_value(); };
+  if (!is_set("TORCH_NCCL_ASYNC_ERROR_HANDLING")) env.emplace_back("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!is_set("OMP_NUM_THREADS")) env.emplace_back("OMP_NUM_THREADS", "1");
   if (slot.cuda_visible_devices) env.emplace_back("CUDA_VISIBLE_DEVICES", *slot.cuda_visible_devices);
-  return env;
+  EnvPairs out;
+  for (const auto& kv : g.variables) {
+    if (!has(env, kv.first)) out.push_back(kv);
+  }
+  out.insert(out.end(), env.begin(), env.end());
+  return out;
 }
 
 std::vector<std::string> merge_environ(char* const* inherited, const EnvPairs& overlay) {
@@ -36,9 +53,7 @@ std::vector<std::string> merge_environ(char* const* inherited, const EnvPairs& o
     const char* eq = std::strchr(*e, '=');
     if (!eq) continue;
     std::string_view key(*e, static_cast<size_t>(eq - *e));
-    bool overridden = false;
-    for (const auto& [k, v] : overlay) overridden |= key == k;
-    if (!overridden) out.emplace_back(*e);
+    if (!has(overlay, key)) out.emplace_back(*e);
   }
   for (const auto& [k, v] : overlay) out.push_back(k + "=" + v);
   return out;

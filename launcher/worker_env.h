@@ -11,6 +11,8 @@
 
 namespace dtl::launcher {
 
+using EnvPairs = std::vector<std::pair<std::string, std::string>>;
+
 /// What all workers of one attempt share.
 struct GroupEnv {
   std::string role = "default";
@@ -24,6 +26,9 @@ struct GroupEnv {
   int restart_count = 0;
   int max_restarts = 0;
   std::string run_id = "none";
+  /// The config file's env: entries and accelerate's variables, as if inherited: torchrun's
+  /// variables above win over them.
+  EnvPairs variables;
 };
 
 /// What differs per worker.
@@ -33,10 +38,9 @@ struct WorkerSlot {
   std::optional<std::string> cuda_visible_devices;  ///< unset: inherited value left alone
 };
 
-using EnvPairs = std::vector<std::pair<std::string, std::string>>;
-
-/// The variables dtlaunch sets (overriding inherited ones). OMP_NUM_THREADS and
-/// TORCH_NCCL_ASYNC_ERROR_HANDLING are only set when not inherited.
+/// The variables dtlaunch sets (overriding inherited ones): the group's `variables`, then torchrun's.
+/// OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are only set when neither inherited nor
+/// among the group's variables.
 EnvPairs worker_env(const GroupEnv& group, const WorkerSlot& slot, const config::EnvLookup& inherited);
 
 /// The full "KEY=VALUE" environment for execve: `inherited` (environ-style) with `overlay` on top.

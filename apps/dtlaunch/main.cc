@@ -45,6 +45,9 @@ void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
   spdlog::set_default_logger(logger);
 }
 
+/// The one place where dtlaunch's errors get their prefix.
+std::string error_line(const dtl::Error& e) { return "dtlaunch: error: " + e.message + "\n"; }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,23 +62,25 @@ int main(int argc, char** argv) {
   setup_logging();
   if (auto code = commands::run_subcommand(std::vector<std::string>(argv + 1, argv + argc), env)) return *code;
   auto parsed = config::parse_command_line(std::vector<std::string>(argv + 1, argv + argc), env);
+  if (parsed.error) {
+    std::cerr << error_line(*parsed.error);
+    return parsed.error->exit_code;
+  }
   if (!parsed.options) {
     for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
-    (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
-    return parsed.exit_code;
+    std::cout << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
+    return 0;
   }
   const config::LaunchOptions& options = *parsed.options;
   // From here on everything dtlaunch and its workers print goes through the console's own thread,
   // so a console that stops reading cannot stall the event loop (signals, exits, the rendezvous).
   launcher::Console console;
   setup_logging(console.sink());
-  const auto fail = [&](const std::string& line, int code) {
-    console.write(2, line + "\n");
-    return code;
+  const auto fail = [&](const Error& e) {
+    console.write(2, error_line(e));
+    return e.exit_code;
   };
   for (const auto& w : parsed.warnings) spdlog::warn("{}", w);
-  // The config file's env: entries and accelerate's variables: inherited by the workers like the rest.
-  for (const auto& [name, value] : config::worker_variables(options)) setenv(name.c_str(), value.c_str(), 1);
 
   // Orphans of workers come to dtlaunch, which stops them; the guard covers a SIGKILLed dtlaunch.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -89,7 +94,7 @@ int main(int argc, char** argv) {
                                                                              launcher::called(options, "master_port")});
                              }};
     auto planned = launcher::make_plan(options, host);
-    if (auto* err = std::get_if<launcher::PlanError>(&planned)) return fail(err->message, err->exit_code);
+    if (auto* err = std::get_if<Error>(&planned)) return fail(*err);
     const auto& plan = std::get<launcher::LaunchPlan>(planned);
     for (const auto& notice : plan.notices) {
       if (notice.rfind("warning: ", 0) == 0) {
@@ -102,7 +107,7 @@ int main(int argc, char** argv) {
     std::optional<launcher::AgentOptions> agent_options;
     if (launcher::is_multi_node(options)) {
       auto made = launcher::make_agent_options(options, plan, launcher::this_host());
-      if (auto* err = std::get_if<Error>(&made)) return fail("dtlaunch: error: " + err->message, err->exit_code);
+      if (auto* err = std::get_if<Error>(&made)) return fail(*err);
       for (const auto& w : std::get<launcher::AgentSetup>(made).warnings) spdlog::warn("{}", w);
       agent_options = std::get<launcher::AgentSetup>(made).options;
     }
@@ -113,7 +118,7 @@ int main(int argc, char** argv) {
       run_logs.emplace(plan.log_dir, plan.group.run_id, !plan.writes_log_files());
     } catch (const std::system_error& e) {
       // A --log_dir that cannot be made is bad input (exit 2, nothing started); a full /tmp is not.
-      return fail(std::string("dtlaunch: error: ") + e.what(), plan.log_dir.empty() ? 1 : 2);
+      return fail(Error{e.what(), plan.log_dir.empty() ? 1 : 2});
     }
     launcher::RunLogDir& logs = *run_logs;
     // Should dtlaunch be SIGKILLed, the guard removes what only this run could have used.
@@ -136,6 +141,6 @@ int main(int argc, char** argv) {
     logs.finish(keep);
     return code;
   } catch (const std::exception& e) {
-    return fail(std::string("dtlaunch: error: ") + e.what(), 1);
+    return fail(Error{e.what(), 1});
   }
 }

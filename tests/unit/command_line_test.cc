@@ -20,9 +20,16 @@ ParseResult parse(std::vector<std::string> args, std::map<std::string, std::stri
   return parse_command_line(args, env_of(std::move(env)));
 }
 
+/// The error's message (without "dtlaunch: error: ", which main.cc adds), or why there is none.
+std::string error_of(const ParseResult& r) {
+  if (!r.error) return "(no error; output: " + r.output + ")";
+  CHECK(r.error->exit_code == 2);
+  return r.error->message;
+}
+
 LaunchOptions ok(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
   auto r = parse(std::move(args), std::move(env));
-  INFO(r.output);
+  INFO(error_of(r));
   REQUIRE(r.options);
   return *r.options;
 }
@@ -59,8 +66,7 @@ TEST_CASE("the shutdown timeout: default 30, torch's variable, flag beats variab
   CHECK(ok({"--shutdown_timeout=2", "t.py"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}}).shutdown_timeout_s == 2);
   CHECK(ok({"--shutdown_timeout=0", "t.py"}).shutdown_timeout_s == 0);
   auto r = parse({"--shutdown_timeout=-1", "t.py"});
-  CHECK(r.exit_code == 2);
-  CHECK(r.output == "dtlaunch: error: --shutdown_timeout: expected seconds >= 0 (got '-1')");
+  CHECK(error_of(r) == "--shutdown_timeout: expected seconds >= 0 (got '-1')");
 }
 
 TEST_CASE("nproc_per_node takes a count or gpu, cpu, auto") {
@@ -96,14 +102,12 @@ TEST_CASE("gpu ids are distinct indices") {
 
 TEST_CASE("module and no_python together are refused") {
   auto r = parse({"-m", "--no_python", "pkg"});
-  CHECK(r.exit_code == 2);
-  CHECK(r.output == "dtlaunch: error: --module: --module runs python -m and cannot be combined with --no_python");
+  CHECK(error_of(r) == "--module: --module runs python -m and cannot be combined with --no_python");
 }
 
 TEST_CASE("an unknown option before the program is an error, not the program") {
   auto r = parse({"--nprocs=2", "train.py"});
-  CHECK(r.exit_code == 2);
-  CHECK(r.output == "dtlaunch: error: unknown option --nprocs=2 (see dtlaunch --help)");
+  CHECK(error_of(r) == "unknown option --nprocs=2 (see dtlaunch --help)");
 }
 
 TEST_CASE("rdzv_id is an alias of run_id, and standalone is a flag") {
@@ -136,15 +140,14 @@ TEST_CASE("rdzv_conf durations below the millisecond the timers count in are ref
 
 TEST_CASE("an option written --flag= has an empty value, it does not take the next argument") {
   // CLI11 read `--role= --no_python ./w` as role '--no_python' and then ran ./w through python
-  CHECK(parse({"--role=", "--no_python", "./w"}).output == "dtlaunch: error: --role: expected a non-empty role name");
+  CHECK(error_of(parse({"--role=", "--no_python", "./w"})) == "--role: expected a non-empty role name");
   auto o = ok({"--log_dir=", "--no_python", "./w"});
   CHECK(o.log_dir.empty());
   CHECK(o.no_python);
   CHECK(o.program == "./w");
   CHECK(ok({"--rdzv_endpoint=", "--nnodes=2", "train.py"}).max_nodes == 2);  // empty: not given
   auto r = parse({"--nproc_per_node=", "train.py"});
-  CHECK(r.exit_code == 2);
-  CHECK(r.output.rfind("dtlaunch: error: --nproc_per_node: expected", 0) == 0);
+  CHECK(error_of(r).rfind("--nproc_per_node: expected", 0) == 0);
   // after the program, `--x=` belongs to the program
   CHECK(ok({"train.py", "--suffix=", "--x"}).program_args == std::vector<std::string>{"--suffix=", "--x"});
 }
@@ -157,6 +160,56 @@ TEST_CASE("a short option takes its value after '=' too, as torchrun's argparse 
 
 TEST_CASE("an rdzv_conf item without '=' is named once") {
   CHECK_THROWS_WITH(parse_rdzv_conf("join_timeout=3,foo"), "'foo' is not key=value");
-  CHECK(parse({"--nnodes=2", "--rdzv_conf=join_timeout", "train.py"}).output ==
-        "dtlaunch: error: --rdzv_conf: 'join_timeout' is not key=value");
+  CHECK(error_of(parse({"--nnodes=2", "--rdzv_conf=join_timeout", "train.py"})) ==
+        "--rdzv_conf: 'join_timeout' is not key=value");
+}
+
+TEST_CASE("each setting records its source: the flag as typed, the variable that gave it, or the default") {
+  auto o = ok({"--nproc-per-node=3", "-m", "--max_restarts", "2", "pkg"}, {{"PET_ROLE", "r"}, {"PET_MAX_RESTARTS", "5"}});
+  CHECK(o.source("nproc_per_node").kind == Source::Kind::flag);
+  CHECK(o.source("nproc_per_node").where == "--nproc-per-node");
+  CHECK(o.source("module").where == "--module");  // a short option is named by its long spelling
+  CHECK(o.source("max_restarts").where == "--max_restarts");
+  CHECK(o.source("role").kind == Source::Kind::env);
+  CHECK(o.source("role").where == "PET_ROLE");
+  CHECK(o.source("tee").kind == Source::Kind::default_);
+  CHECK(o.named("nproc_per_node", "3") == "--nproc-per-node=3");
+  // the last spelling typed is the one that gave the value
+  CHECK(ok({"--nproc_per_node=1", "--nproc-per-node=2", "t.py"}).source("nproc_per_node").where == "--nproc-per-node");
+}
+
+TEST_CASE("an error names the flag as the user typed it") {
+  CHECK(error_of(parse({"--nproc-per-node=0", "t.py"})) ==
+        "--nproc-per-node: expected a positive integer or one of gpu, cpu, auto (got '0')");
+  CHECK(error_of(parse({"--shutdown-timeout", "-1", "t.py"})) == "--shutdown-timeout: expected seconds >= 0 (got '-1')");
+}
+
+TEST_CASE("the token's variables are resolved like any other: PET_RDZV_TOKEN, then DTLAUNCH_RDZV_TOKEN") {
+  auto o = ok({"t.py"}, {{"DTLAUNCH_RDZV_TOKEN", "d"}});
+  CHECK(o.rdzv_token == "d");
+  CHECK(o.source("rdzv_token").kind == Source::Kind::env);
+  CHECK(o.source("rdzv_token").where == "DTLAUNCH_RDZV_TOKEN");
+  o = ok({"t.py"}, {{"DTLAUNCH_RDZV_TOKEN", "d"}, {"PET_RDZV_TOKEN", "p"}});
+  CHECK(o.rdzv_token == "p");
+  CHECK(o.source("rdzv_token").where == "PET_RDZV_TOKEN");
+  o = ok({"--rdzv-token=f", "t.py"}, {{"DTLAUNCH_RDZV_TOKEN", "d"}});
+  CHECK(o.rdzv_token == "f");
+  CHECK(o.source("rdzv_token").kind == Source::Kind::flag);
+}
+
+TEST_CASE("use_cpu against nproc_per_node=gpu is refused whatever gave each") {
+  CHECK(error_of(parse({"--use_cpu", "--nproc_per_node=gpu", "t.py"})) ==
+        "--nproc_per_node: expected a count, cpu or auto, since use_cpu is set (--use_cpu) (got 'gpu')");
+  CHECK(error_of(parse({"--nproc_per_node=gpu", "t.py"}, {{"ACCELERATE_USE_CPU", "true"}})) ==
+        "--nproc_per_node: expected a count, cpu or auto, since use_cpu is set (ACCELERATE_USE_CPU) (got 'gpu')");
+}
+
+TEST_CASE("more workers than gpu_ids lists is refused while parsing, for flags as for files") {
+  // Before, only a file's values were checked here; flags waited for the plan, so --print_config
+  // showed settings that could not launch.
+  CHECK(error_of(parse({"--gpu_ids=0,1", "--nproc_per_node=3", "--print_config"})) ==
+        "--nproc_per_node=3 is more than the 2 GPUs listed in --gpu_ids=0,1");
+  CHECK(error_of(parse({"--nproc_per_node=3", "--print_config"}, {{"PET_GPU_IDS", "1,3"}})) ==
+        "--nproc_per_node=3 is more than the 2 GPUs listed in gpu_ids=1,3 (from PET_GPU_IDS)");
+  CHECK(ok({"--gpu_ids=0,1", "--nproc_per_node=2", "t.py"}).gpu_ids == std::vector<int>{0, 1});
 }

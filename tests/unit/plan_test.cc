@@ -15,15 +15,19 @@ struct Fixture {
   GpuInventory gpus{{}, "none"};
   std::vector<std::pair<std::string, int>> reserved;
 
-  std::variant<LaunchPlan, PlanError> plan(std::vector<std::string> args) {
-    auto lookup = [this](const std::string& k) -> std::optional<std::string> {
+  config::EnvLookup lookup() {
+    return [this](const std::string& k) -> std::optional<std::string> {
       auto it = env.find(k);
       if (it == env.end()) return std::nullopt;
       return it->second;
     };
-    auto parsed = config::parse_command_line(args, lookup);
+  }
+  /// The plan, or why the settings or the plan refuse the launch.
+  std::variant<LaunchPlan, Error> plan(std::vector<std::string> args) {
+    auto parsed = config::parse_command_line(args, lookup());
+    if (parsed.error) return *parsed.error;
     REQUIRE(parsed.options);
-    HostFacts host{gpus, 6, lookup, [this](const std::string& addr, int port) -> rendezvous::PortResult {
+    HostFacts host{gpus, 6, lookup(), [this](const std::string& addr, int port) -> rendezvous::PortResult {
                      reserved.emplace_back(addr, port);
                      if (port == 1) return std::string("port 1 is taken");
                      return port == 0 ? 41000 : port;
@@ -32,13 +36,14 @@ struct Fixture {
   }
   LaunchPlan ok(std::vector<std::string> args) {
     auto p = plan(std::move(args));
-    if (auto* e = std::get_if<PlanError>(&p)) FAIL(e->message);
+    if (auto* e = std::get_if<Error>(&p)) FAIL(e->message);
     return std::get<LaunchPlan>(p);
   }
-  PlanError refused(std::vector<std::string> args) {
+  /// Refused before anything starts (the prefix "" is main.cc's).
+  Error refused(std::vector<std::string> args) {
     auto p = plan(std::move(args));
-    REQUIRE(std::holds_alternative<PlanError>(p));
-    return std::get<PlanError>(p);
+    REQUIRE(std::holds_alternative<Error>(p));
+    return std::get<Error>(p);
   }
 };
 
@@ -81,31 +86,50 @@ TEST_CASE("more workers than gpu_ids is refused") {
   Fixture f;
   f.gpus = discover_gpus(4);
   CHECK(f.refused({"--gpu_ids=0,1", "--nproc_per_node=3", "--no_python", "true"}).message ==
-        "dtlaunch: error: --nproc_per_node=3 is more than the 2 GPUs listed in --gpu_ids=0,1");
+        "--nproc_per_node=3 is more than the 2 GPUs listed in --gpu_ids=0,1");
 }
 
 TEST_CASE("a refused setting that came from a variable is named as the user set it") {
   Fixture f;
   f.env["PET_NPROC_PER_NODE"] = "gpu";
   CHECK(f.refused({"--no_python", "true"}).message ==
-        "dtlaunch: error: nproc_per_node=gpu (from PET_NPROC_PER_NODE) but no GPU is visible (none found through "
+        "nproc_per_node=gpu (from PET_NPROC_PER_NODE) but no GPU is visible (none found through "
         "NVML or nvidia-smi; --fake_gpus N pretends to have N)");
   f.gpus = discover_gpus(4);
   f.env.erase("PET_NPROC_PER_NODE");
   f.env["PET_GPU_IDS"] = "1,3";
   CHECK(f.refused({"--nproc_per_node=3", "--no_python", "true"}).message ==
-        "dtlaunch: error: --nproc_per_node=3 is more than the 2 GPUs listed in gpu_ids=1,3 (from PET_GPU_IDS)");
+        "--nproc_per_node=3 is more than the 2 GPUs listed in gpu_ids=1,3 (from PET_GPU_IDS)");
 }
 
 TEST_CASE("the master port is checked, and standalone asks for a free one") {
   Fixture f;
   CHECK(f.ok({"--no_python", "true"}).group.master_port == 29500);
   CHECK(f.ok({"--standalone", "--master_port=1234", "--no_python", "true"}).group.master_port == 41000);
-  CHECK(f.refused({"--master_port=1", "--no_python", "true"}).message == "dtlaunch: error: port 1 is taken");
+  CHECK(f.refused({"--master_port=1", "--no_python", "true"}).message == "port 1 is taken");
   CHECK(f.reserved.back() == std::pair<std::string, int>{"127.0.0.1", 1});
 }
 
 TEST_CASE("local_rank is substituted in arguments only where written") {
   CHECK(substitute_local_rank({"a", "--x=${local_rank}", "${rank}"}, 3) ==
         std::vector<std::string>{"a", "--x=3", "${rank}"});
+}
+
+TEST_CASE("accelerate's variables and the file's env entries go to the workers through the plan") {
+  Fixture f;
+  auto p = f.ok({"--mixed_precision=bf16", "--debug", "--no_python", "true"});
+  CHECK(p.group.variables == EnvPairs{{"ACCELERATE_MIXED_PRECISION", "bf16"}, {"ACCELERATE_DEBUG_MODE", "true"}});
+  CHECK(f.env.count("ACCELERATE_MIXED_PRECISION") == 0);
+  // The plan reads the environment as the workers will see it: an env: entry sets OMP_NUM_THREADS.
+  config::LaunchOptions o;
+  o.program = "true";
+  o.no_python = true;
+  o.nproc_per_node.count = 2;
+  o.extra_env = {{"OMP_NUM_THREADS", "4"}};
+  HostFacts host{f.gpus, 6, f.lookup(), [](const std::string&, int port) -> rendezvous::PortResult { return port; }};
+  auto planned = make_plan(o, host);
+  REQUIRE(std::holds_alternative<LaunchPlan>(planned));
+  const auto& plan = std::get<LaunchPlan>(planned);
+  CHECK(plan.group.variables == EnvPairs{{"OMP_NUM_THREADS", "4"}});
+  CHECK(plan.notices.empty());  // no "OMP_NUM_THREADS=1 for each worker"
 }

@@ -57,8 +57,8 @@ LaunchOptions loaded(const WizardAnswers& a) {
   auto r = parse_command_line({"--config_file", "w.yaml", "--print_config"},
                               [](const std::string&) { return std::optional<std::string>(); },
                               [&](const std::string&) { return FileRead{FileRead::Status::ok, text}; });
-  INFO(text << r.output);
-  REQUIRE(r.exit_code == 0);
+  INFO(text << (r.error ? r.error->message : ""));
+  REQUIRE_FALSE(r.error);
   REQUIRE(r.shown);
   return *r.shown;
 }

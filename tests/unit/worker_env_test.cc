@@ -55,3 +55,14 @@ TEST_CASE("the overlay replaces inherited values and keeps the rest") {
   auto merged = merge_environ(inherited, {{"RANK", "1"}, {"CUDA_VISIBLE_DEVICES", "3"}});
   CHECK(merged == std::vector<std::string>{"PATH=/bin", "RANK=1", "CUDA_VISIBLE_DEVICES=3"});
 }
+
+TEST_CASE("the plan's variables reach the workers as if inherited, and torchrun's own win over them") {
+  GroupEnv g;
+  g.variables = {{"NCCL_DEBUG", "INFO"}, {"OMP_NUM_THREADS", "4"}, {"MASTER_PORT", "1"}};
+  auto pairs = worker_env(g, WorkerSlot{}, none());
+  auto env = as_map(pairs);
+  CHECK(env["NCCL_DEBUG"] == "INFO");
+  CHECK(env["OMP_NUM_THREADS"] == "4");  // set by the file: not dtlaunch's default of 1
+  CHECK(env["MASTER_PORT"] == "29500");
+  CHECK(env.size() == pairs.size());  // each variable once
+}

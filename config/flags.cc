@@ -1,0 +1,376 @@
+#include "config/flags.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <stdexcept>
+#include <tuple>
+
+#include "config/text.h"
+
+namespace dtl::config {
+namespace {
+
+using text::split;
+using text::trim;
+
+/// Strict integer: the whole text, in [lo, hi].
+long parse_int(const std::string& text, long lo, long hi, const std::string& what) {
+  std::string t = trim(text);
+  char* end = nullptr;
+  errno = 0;
+  long v = t.empty() ? 0 : std::strtol(t.c_str(), &end, 10);
+  if (t.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+    throw std::invalid_argument("expected " + what);
+  }
+  return v;
+}
+
+bool parse_bool(const std::string& text) {
+  std::string t = trim(text);
+  if (t == "1" || t == "true" || t == "True" || t == "yes") return true;
+  if (t == "0" || t == "false" || t == "False" || t == "no" || t.empty()) return false;
+  throw std::invalid_argument("expected 1 or 0");
+}
+
+/// A non-empty word, trimmed.
+std::string word(const std::string& text, const char* what) {
+  std::string t = trim(text);
+  if (t.empty()) throw std::invalid_argument(std::string("expected ") + what);
+  return t;
+}
+
+std::string one_of(const std::string& text, const std::vector<std::string>& words) {
+  std::string t = trim(text);
+  if (std::find(words.begin(), words.end(), t) == words.end()) {
+    throw std::invalid_argument("expected " + text::join(words, " or "));
+  }
+  return t;
+}
+
+double seconds(const std::string& text) {
+  std::string t = trim(text);
+  char* end = nullptr;
+  double v = t.empty() ? -1 : std::strtod(t.c_str(), &end);
+  if (t.empty() || *end != '\0' || !(v >= 0) || v > 86400) throw std::invalid_argument("expected seconds >= 0");
+  return v;
+}
+
+void accepted(const std::string&, LaunchOptions&) {}  // torchrun's flags that dtlaunch has no use for
+
+const char* kWorkers = "Workers";
+const char* kNodes = "Nodes and rendezvous";
+const char* kOutput = "Output";
+const char* kGpus = "GPUs";
+const char* kAccelerate = "accelerate's settings";
+
+using O = LaunchOptions;
+using S = std::string;
+
+// Each row names only the fields it sets; the others keep their defaults (GCC 12 warns of them).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+const std::vector<Flag> kFlags = {
+    {.id = Setting::nproc_per_node, .name = "nproc_per_node", .accelerate_key = "num_processes", .default_value = "1",
+     .group = kWorkers,
+     .help = "workers on this node: a count, `gpu` (visible GPUs; an error if none), `cpu` (CPUs in the affinity "
+             "mask), `auto` (GPUs if any, else CPUs)",
+     .apply = [](const S& t, O& o) { o.nproc_per_node = parse_nproc(t); }},
+    {.id = Setting::nnodes, .name = "nnodes", .accelerate_key = "num_machines", .default_value = "1", .group = kNodes,
+     .help = "number of nodes, N or MIN:MAX (elastic)",
+     .apply = [](const S& t, O& o) { std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(t); }},
+    {.id = Setting::node_rank, .name = "node_rank", .accelerate_key = "machine_rank", .default_value = "0",
+     .group = kNodes, .help = "rank of this node (static rendezvous)",
+     .apply = [](const S& t, O& o) {  // after nnodes
+       o.node_rank = static_cast<int>(parse_int(t, 0, o.max_nodes - 1, "a node rank in 0.." + std::to_string(o.max_nodes - 1)));
+     }},
+    {.id = Setting::master_addr, .name = "master_addr", .accelerate_key = "main_process_ip",
+     .default_value = "127.0.0.1", .group = kNodes, .help = "address of the workers' rank 0, which serves the c10d store",
+     .apply = [](const S& t, O& o) { o.master_addr = word(t, "a host name or address"); }},
+    {.id = Setting::master_port, .name = "master_port", .accelerate_key = "main_process_port",
+     .default_value = "29500", .group = kNodes,
+     .help = "port of the workers' rank 0 store; `0` picks a free port. A port already in use is an error before "
+             "anything starts",
+     .apply = [](const S& t, O& o) { o.master_port = static_cast<int>(parse_int(t, 0, 65535, "a port in 0..65535")); }},
+    {.id = Setting::standalone, .name = "standalone", .type = Type::switch_, .group = kNodes,
+     .help = "single node: a free port for rank 0 and a random run id",
+     .apply = [](const S& t, O& o) { o.standalone = parse_bool(t); }},
+    {.id = Setting::rdzv_backend, .name = "rdzv_backend", .accelerate_key = "rdzv_backend", .accelerate_as_is = true,
+     .default_value = "static", .group = kNodes, .help = "rendezvous backend: `static` or `c10d`",
+     .apply = [](const S& t, O& o) { o.rdzv_backend = one_of(t, {"static", "c10d"}); }},
+    {.id = Setting::rdzv_endpoint, .name = "rdzv_endpoint", .group = kNodes, .help = "rendezvous endpoint `host[:port]`",
+     .apply = [](const S& t, O& o) { o.rdzv_endpoint = trim(t); }},
+    {.id = Setting::rdzv_id, .name = "rdzv_id", .group = kNodes, .help = "job id, an alias of `--run_id`",
+     .apply = [](const S& t, O& o) {  // before run_id, which wins
+       if (!t.empty()) o.run_id = t;
+     }},
+    {.id = Setting::rdzv_conf, .name = "rdzv_conf", .group = kNodes,
+     .help = "rendezvous settings `k=v,k=v` (`join_timeout`, `last_call_timeout`, `keep_alive_interval`, ...)",
+     .apply = [](const S& t, O& o) { o.rdzv_conf = parse_rdzv_conf(t); }},
+    {.id = Setting::local_addr, .name = "local_addr", .group = kNodes,
+     .help = "this node's address, as its workers are reached", .apply = [](const S& t, O& o) { o.local_addr = trim(t); }},
+    {.id = Setting::rdzv_token, .name = "rdzv_token", .variables = {"DTLAUNCH_RDZV_TOKEN"}, .group = kNodes,
+     .help = "shared secret that nodes prove with HMAC-SHA256 (never sent); `ps` shows a flag, the variable it does not",
+     .apply = [](const S& t, O& o) { o.rdzv_token = t; }},
+    {.id = Setting::rdzv_token_file, .name = "rdzv_token_file", .group = kNodes, .help = "file holding the shared secret",
+     .apply = [](const S& t, O& o) { o.rdzv_token_file = t; }},
+    {.id = Setting::run_id, .name = "run_id", .default_shown = "`none`", .group = kNodes,
+     .help = "job id, exported as `TORCHELASTIC_RUN_ID`", .apply = [](const S& t, O& o) {
+       if (!t.empty()) o.run_id = t;
+     }},
+    {.id = Setting::max_restarts, .name = "max_restarts", .default_value = "0", .group = kWorkers,
+     .help = "restarts of the whole worker group after a failure",
+     .apply = [](const S& t, O& o) { o.max_restarts = static_cast<int>(parse_int(t, 0, 1000000, "an integer >= 0")); }},
+    {.id = Setting::monitor_interval, .name = "monitor_interval", .group = kWorkers,
+     .help = "accepted for torchrun's command lines; dtlaunch is event-driven", .apply = accepted},
+    {.id = Setting::start_method, .name = "start_method", .group = kWorkers,
+     .help = "accepted for torchrun's command lines (Python-only)", .apply = accepted},
+    {.id = Setting::role, .name = "role", .default_value = "default", .group = kWorkers,
+     .help = "`ROLE_NAME`, and the log prefix `[<role><local_rank>]:`",
+     .apply = [](const S& t, O& o) { o.role = word(t, "a non-empty role name"); }},
+    {.id = Setting::no_python, .name = "no_python", .type = Type::switch_, .group = kWorkers,
+     .help = "exec the program directly; otherwise `python3 -u program args` (interpreter from `PYTHON_EXEC`, else "
+             "`python3` on `PATH`)",
+     .apply = [](const S& t, O& o) { o.no_python = parse_bool(t); }},
+    {.id = Setting::module, .name = "module", .short_name = "-m", .type = Type::switch_, .group = kWorkers,
+     .help = "`python3 -u -m module args`; an error with `--no_python`", .apply = [](const S& t, O& o) {
+       o.module = parse_bool(t);  // after no_python
+       if (o.module && o.no_python) {
+         throw std::invalid_argument("--module runs python -m and cannot be combined with --no_python");
+       }
+     }},
+    {.id = Setting::run_path, .name = "run_path", .type = Type::switch_, .group = kWorkers,
+     .help = "accepted for torchrun's command lines: runs the script through `python3`",
+     .apply = [](const S& t, O&) { parse_bool(t); }},
+    {.id = Setting::log_dir, .name = "log_dir", .default_shown = "temporary", .group = kOutput,
+     .help = "base of the per-rank files, in torchrun's layout", .apply = [](const S& t, O& o) { o.log_dir = t; }},
+    {.id = Setting::redirects, .name = "redirects", .short_name = "-r", .default_value = "0", .group = kOutput,
+     .help = "worker streams to files instead of the console: 0 none, 1 stdout, 2 stderr, 3 both; or per local "
+             "rank, `0:1,1:3`",
+     .apply = [](const S& t, O& o) { o.redirects = parse_streams(t); }},
+    {.id = Setting::tee, .name = "tee", .short_name = "-t", .default_value = "0", .group = kOutput,
+     .help = "like `--redirects`, and to the console as well", .apply = [](const S& t, O& o) { o.tee = parse_streams(t); }},
+    {.id = Setting::local_ranks_filter, .name = "local_ranks_filter", .type = Type::list, .default_shown = "all",
+     .group = kOutput,
+     .help = "the console shows only these local ranks (`0,1`); the others' output goes to their files, never dropped",
+     .apply = [](const S& t, O& o) {
+       if (!t.empty()) o.local_ranks_filter = parse_rank_list(t);
+     }},
+    {.id = Setting::shutdown_timeout, .name = "shutdown_timeout", .variables = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+     .default_value = "30", .group = kWorkers, .help = "seconds between the stop signal and SIGKILL",
+     .apply = [](const S& t, O& o) { o.shutdown_timeout_s = seconds(t); }},
+    {.id = Setting::signals_to_handle, .name = "signals_to_handle", .type = Type::list,
+     .default_value = "SIGTERM,SIGINT,SIGHUP,SIGQUIT", .group = kWorkers,
+     .help = "signals dtlaunch catches and forwards to the workers",
+     .apply = [](const S& t, O& o) { o.signals_to_handle = parse_signal_list(t); }},
+    {.id = Setting::gpu_ids, .name = "gpu_ids", .accelerate_key = "gpu_ids", .type = Type::list, .default_shown = "all",
+     .group = kGpus, .help = "use only these GPUs, as indices among the visible ones (`0,2`)",
+     .apply = [](const S& t, O& o) {
+       if (!t.empty() && trim(t) != "all") o.gpu_ids = parse_gpu_ids(t);
+     }},
+    {.id = Setting::gpu_visibility, .name = "gpu_visibility", .default_value = "per_worker", .group = kGpus,
+     .help = "`per_worker`: each worker's `CUDA_VISIBLE_DEVICES` is its own GPU; `all`: every worker sees every "
+             "GPU (torchrun's behaviour)",
+     .apply = [](const S& t, O& o) {
+       std::string v = trim(t);
+       if (v == "per-worker") v = "per_worker";
+       o.gpu_visibility = one_of(v, {"per_worker", "all"}) == "all" ? GpuVisibility::all : GpuVisibility::per_worker;
+     }},
+    {.id = Setting::fake_gpus, .name = "fake_gpus", .variables = {"DTLAUNCH_FAKE_GPUS"}, .group = kGpus,
+     .help = "pretend to have N GPUs: the whole path runs on a machine without one", .apply = [](const S& t, O& o) {
+       if (!t.empty()) o.fake_gpus = static_cast<int>(parse_int(t, 0, 1024, "a GPU count in 0..1024"));
+     }},
+    {.id = Setting::mixed_precision, .name = "mixed_precision", .variables = {"ACCELERATE_MIXED_PRECISION"},
+     .accelerate_key = "mixed_precision", .accelerate_as_is = true, .type = Type::text_or_no, .group = kAccelerate,
+     .help = "`no`, `fp16`, `bf16` or `fp8`: `ACCELERATE_MIXED_PRECISION` for the workers",
+     .apply = [](const S& t, O& o) {
+       o.mixed_precision = text::lower(trim(t));
+       const std::set<std::string> known = {"", "no", "fp16", "bf16", "fp8"};
+       if (!known.count(o.mixed_precision)) throw std::invalid_argument("expected one of no, fp16, bf16, fp8");
+     }},
+    {.id = Setting::use_cpu, .name = "use_cpu", .variables = {"ACCELERATE_USE_CPU"}, .accelerate_key = "use_cpu",
+     .type = Type::switch_, .group = kAccelerate,
+     .help = "a CPU job: the machine's GPUs are left alone (`ACCELERATE_USE_CPU` for the workers)",
+     .apply = [](const S& t, O& o) {
+       o.use_cpu = parse_bool(t);
+       if (o.use_cpu) o.gpu_ids.reset();  // after gpu_ids: accelerate's CPU files say gpu_ids: all
+     }},
+    {.id = Setting::debug, .name = "debug", .variables = {"ACCELERATE_DEBUG_MODE"}, .accelerate_key = "debug",
+     .accelerate_as_is = true, .type = Type::switch_, .group = kAccelerate,
+     .help = "`ACCELERATE_DEBUG_MODE` for the workers: accelerate checks collective operations",
+     .apply = [](const S& t, O& o) { o.debug = parse_bool(t); }},
+};
+#pragma GCC diagnostic pop
+
+std::string code(const std::string& s) { return "`" + s + "`"; }
+
+}  // namespace
+
+const std::vector<Flag>& flags() { return kFlags; }
+
+const Flag& flag(Setting id) { return kFlags.at(static_cast<size_t>(id)); }
+
+const Flag* find_flag(const std::string& name) {
+  for (const auto& f : kFlags) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> long_spellings(const Flag& f) {
+  std::string dashed = text::replace_all(f.name, "_", "-");
+  if (dashed == f.name) return {"--" + dashed};
+  return {std::string("--") + f.name, "--" + dashed};
+}
+
+std::vector<std::string> variable_names(const Flag& f) {
+  std::vector<std::string> names{"PET_" + text::upper(f.name)};
+  names.insert(names.end(), f.variables.begin(), f.variables.end());
+  return names;
+}
+
+std::vector<std::string> help_groups() {
+  std::vector<std::string> groups;
+  for (const auto& f : kFlags) {
+    if (std::find(groups.begin(), groups.end(), f.group) == groups.end()) groups.push_back(f.group);
+  }
+  return groups;
+}
+
+std::string flags_markdown() {
+  std::string out;
+  for (const auto& group : help_groups()) {
+    out += (out.empty() ? "" : "\n") + std::string("**") + group + "**\n\n| flag | default | meaning |\n|---|---|---|\n";
+    for (const auto& f : kFlags) {
+      if (f.group != group) continue;
+      std::string spelled = *f.short_name ? code(f.short_name) + ", " : "";
+      spelled += code(std::string("--") + f.name);
+      for (const char* v : f.variables) spelled += " (" + code(v) + ")";
+      std::string def = f.type == Type::switch_ ? "off"
+                        : *f.default_shown      ? f.default_shown
+                        : *f.default_value      ? code(f.default_value)
+                                                : "—";
+      out += "| " + spelled + " | " + def + " | " + f.help + " |\n";
+    }
+  }
+  return out;
+}
+
+NprocSpec parse_nproc(const std::string& text) {
+  std::string t = trim(text);
+  if (t == "gpu") return {NprocSpec::Kind::gpu, 0};
+  if (t == "cpu") return {NprocSpec::Kind::cpu, 0};
+  if (t == "auto") return {NprocSpec::Kind::auto_, 0};
+  return {NprocSpec::Kind::count,
+          static_cast<int>(parse_int(t, 1, 4096, "a positive integer or one of gpu, cpu, auto"))};
+}
+
+StreamsSpec parse_streams(const std::string& text) {
+  const std::string what = "0-3 (0 none, 1 stdout, 2 stderr, 3 both) or local_rank:0-3 pairs like 0:1,1:3";
+  StreamsSpec spec;
+  std::string t = trim(text);
+  if (t.find(':') == std::string::npos) {
+    spec.all = static_cast<Streams>(parse_int(t, 0, 3, what));
+    return spec;
+  }
+  for (const auto& item : split(t, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos) throw std::invalid_argument("expected " + what);
+    int rank = static_cast<int>(parse_int(item.substr(0, colon), 0, 1 << 20, what));
+    spec.per_rank[rank] = static_cast<Streams>(parse_int(item.substr(colon + 1), 0, 3, what));
+  }
+  return spec;
+}
+
+std::set<int> parse_rank_list(const std::string& text) {
+  std::set<int> ranks;
+  for (const auto& item : split(text, ',')) {
+    ranks.insert(static_cast<int>(parse_int(item, 0, 1 << 20, "comma-separated local ranks like 0,1")));
+  }
+  return ranks;
+}
+
+std::vector<int> parse_gpu_ids(const std::string& text) {
+  std::vector<int> ids;
+  std::set<int> seen;
+  for (const auto& item : split(text, ',')) {
+    int id = static_cast<int>(parse_int(item, 0, 1023, "comma-separated GPU indices like 0,2"));
+    if (!seen.insert(id).second) throw std::invalid_argument("GPU " + item + " is listed twice");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+std::pair<int, int> parse_nnodes(const std::string& text) {
+  const std::string what = "N or MIN:MAX with 0 < MIN <= MAX";
+  auto colon = text.find(':');
+  int min = static_cast<int>(parse_int(text.substr(0, colon), 1, 1 << 20, what));
+  int max = colon == std::string::npos ? min : static_cast<int>(parse_int(text.substr(colon + 1), 1, 1 << 20, what));
+  if (max < min) throw std::invalid_argument("expected " + what);
+  return {min, max};
+}
+
+RdzvConf parse_rdzv_conf(const std::string& text) {
+  RdzvConf conf;
+  if (trim(text).empty()) return conf;
+  auto seconds = [](const std::string& key, const std::string& v) {
+    char* end = nullptr;
+    double s = std::strtod(v.c_str(), &end);
+    // the timers count milliseconds: less than one would be a zero interval or timeout
+    if (v.empty() || *end != '\0' || !(s >= 0.001) || s > 1e7) {
+      throw std::invalid_argument(key + " expects seconds >= 0.001 (got '" + v + "')");
+    }
+    return s;
+  };
+  for (const auto& item : split(text, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos) throw std::invalid_argument("'" + item + "' is not key=value");
+    std::string key = trim(item.substr(0, eq)), v = trim(item.substr(eq + 1));
+    if (key == "join_timeout" || key == "timeout") {
+      conf.join_timeout_s = seconds(key, v);
+    } else if (key == "last_call_timeout") {
+      conf.last_call_timeout_s = seconds(key, v);
+    } else if (key == "close_timeout") {
+      conf.close_timeout_s = seconds(key, v);
+    } else if (key == "keep_alive_interval") {
+      conf.keep_alive_interval_s = seconds(key, v);
+    } else if (key == "keep_alive_max_attempt") {
+      conf.keep_alive_max_attempt = static_cast<int>(parse_int(v, 1, 1000, "keep_alive_max_attempt: an integer >= 1"));
+    } else if (key == "heartbeat_timeout") {
+      conf.keep_alive_max_attempt = std::max(1, static_cast<int>(seconds(key, v) / conf.keep_alive_interval_s + 0.5));
+    } else if (key == "is_host") {
+      conf.is_host = parse_bool(v);
+    } else if (key == "read_timeout") {
+      seconds(key, v);  // torchrun's store read timeout: dtlaunch's reads are event-driven
+    } else {
+      throw std::invalid_argument("unknown key '" + key +
+                                  "' (known: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
+                                  "keep_alive_max_attempt, heartbeat_timeout, is_host, read_timeout)");
+    }
+  }
+  return conf;
+}
+
+std::vector<int> parse_signal_list(const std::string& text) {
+  static const std::pair<const char*, int> known[] = {
+      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
+      {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU}};
+  std::vector<int> sigs;
+  for (const auto& item : split(text, ',')) {
+    std::string name = text::upper(item);
+    if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
+    int found = 0;
+    for (const auto& [n, s] : known) {
+      if (name == n) found = s;
+    }
+    if (!found) {
+      throw std::invalid_argument("unknown signal '" + item +
+                                  "' (use SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU)");
+    }
+    sigs.push_back(found);
+  }
+  return sigs;
+}
+
+}  // namespace dtl::config

@@ -1,0 +1,74 @@
+// dtlaunch's settings as one table: a row per setting, with its spellings, the variables that stand
+// in for it, its config-file keys, how its text parses into LaunchOptions, its default and its help.
+// The command line, the PET_* fallback, the config files, --print_config, the wizard, --help and
+// README's flag table all read this table; a new setting is one row.
+#pragma once
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/launch_options.h"
+
+namespace dtl::config {
+
+/// Every setting, in the table's order (which is --print_config's order).
+enum class Setting {
+  nproc_per_node, nnodes, node_rank, master_addr, master_port, standalone, rdzv_backend, rdzv_endpoint,
+  rdzv_id, rdzv_conf, local_addr, rdzv_token, rdzv_token_file, run_id, max_restarts, monitor_interval,
+  start_method, role, no_python, module, run_path, log_dir, redirects, tee, local_ranks_filter,
+  shutdown_timeout, signals_to_handle, gpu_ids, gpu_visibility, fake_gpus, mixed_precision, use_cpu, debug,
+};
+
+/// How a config file writes the value.
+enum class Type {
+  text,        ///< one scalar
+  switch_,     ///< a flag without a value; a YAML boolean in files
+  list,        ///< "0,2" or a YAML list
+  text_or_no,  ///< a scalar where YAML's unquoted `no` (false) means the word "no"
+};
+
+struct Flag {
+  Setting id;
+  const char* name;              ///< `--name`, `--name-with-dashes`, PET_NAME, and the config file's key
+  const char* short_name = "";   ///< "-r", or ""
+  std::vector<const char*> variables = {};  ///< looked up after PET_NAME, in order
+  const char* accelerate_key = "";          ///< accelerate's name for the setting, or ""
+  bool accelerate_as_is = false;  ///< accelerate's key holds the value as is (else config_file.cc maps it)
+  Type type = Type::text;
+  const char* default_value = "";  ///< the text a flag would give; "" is unset
+  const char* default_shown = "";  ///< what an unset default means, for --help and README, or ""
+  const char* group = "";          ///< the --help section
+  const char* help = "";           ///< one line; `code` in backquotes
+  /// Parses the text into `o`; throws std::invalid_argument with the reason ("expected ...").
+  void (*apply)(const std::string& text, LaunchOptions& o) = nullptr;
+};
+
+/// The table, one row per Setting, in Setting order.
+const std::vector<Flag>& flags();
+const Flag& flag(Setting id);
+/// The row named `name` ("nproc_per_node"), or nullptr.
+const Flag* find_flag(const std::string& name);
+
+/// "--nproc_per_node" and "--nproc-per-node" (one when the name has no `_`).
+std::vector<std::string> long_spellings(const Flag& f);
+/// PET_NAME, then the row's own variables.
+std::vector<std::string> variable_names(const Flag& f);
+/// The --help sections, in order.
+std::vector<std::string> help_groups();
+/// README's flag tables, one per --help section (flag | default | meaning).
+std::string flags_markdown();
+
+/// Pure value parsers, for the table and their own tests; each throws std::invalid_argument with
+/// the reason.
+NprocSpec parse_nproc(const std::string& text);
+StreamsSpec parse_streams(const std::string& text);
+std::set<int> parse_rank_list(const std::string& text);
+std::vector<int> parse_signal_list(const std::string& text);
+std::vector<int> parse_gpu_ids(const std::string& text);
+/// `--nnodes`: N or MIN:MAX with 0 < MIN <= MAX.
+std::pair<int, int> parse_nnodes(const std::string& text);
+RdzvConf parse_rdzv_conf(const std::string& text);
+
+}  // namespace dtl::config
