@@ -15,6 +15,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 DTLAUNCH = os.environ.get("DTLAUNCH", os.path.join(HERE, "../../build/apps/dtlaunch/dtlaunch"))
 WORKER = os.environ.get("TEST_WORKER", os.path.join(HERE, "../../build/tests/test_worker"))
+FAKE_NVML = os.environ.get("FAKE_NVML", os.path.join(HERE, "../../build/tests/fake_nvml/libnvidia-ml.so.1"))
 
 
 def tagged_pids(tag):
