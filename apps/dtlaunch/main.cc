@@ -1,7 +1,6 @@
 // dtlaunch: torchrun's command line, an event-driven supervisor underneath. This file only wires
 // the libraries together: parse, look at the machine, plan, supervise.
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -15,6 +14,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "base/posix.h"
 #include "commands/commands.h"
 #include "config/command_line.h"
 #include "launcher/console.h"
@@ -29,13 +29,6 @@
 #include "rendezvous/ports.h"
 
 namespace {
-
-int cpu_count() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
 
 /// dtlaunch's messages: "dtlaunch: warning: ..." on stderr, through `sink` when given.
 void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
@@ -103,7 +96,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   try {
     launcher::HostFacts host{options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
-                             cpu_count(), env,
+                             posix::cpu_count(), env,
                              rendezvous::reserve_check};
     auto planned = launcher::make_plan(options, host);
     if (auto* err = std::get_if<Error>(&planned)) return fail(*err);
