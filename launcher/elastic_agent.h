@@ -16,6 +16,7 @@
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
+#include "launcher/runner.h"
 #include "rendezvous/client.h"
 #include "rendezvous/server.h"
 
@@ -35,14 +36,15 @@ struct AgentOptions {
 std::variant<AgentOptions, std::string> make_agent_options(const config::LaunchOptions& options,
                                                            const LaunchPlan& plan, const std::string& token);
 
-class ElasticAgent {
+/// Runs until the server ends the job, the rendezvous fails, or a signal stops this node; its
+/// lifecycle is AgentState's (launcher/agent_state.h).
+class ElasticAgent final : public Runner {
  public:
   ElasticAgent(boost::asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
                OrphanGuard& guard, AgentOptions options);
-  ~ElasticAgent();
-  /// Runs until the server ends the job, the rendezvous fails, or a signal stops this node.
-  int run();
-  bool wrote_log_files() const;
+  ~ElasticAgent() override;
+  int run() override;
+  bool wrote_log_files() const override;
 
  private:
   struct Impl;

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -50,6 +51,10 @@ int open_log(const std::filesystem::path& path) {
 }
 
 }  // namespace
+
+std::vector<StopStep> stop_sequence(int signal, double grace_s) {
+  return {{signal, std::chrono::milliseconds(std::llround(grace_s * 1000))}, {SIGKILL, std::chrono::milliseconds(0)}};
+}
 
 struct WorkerGroup::Impl {
   struct Worker;
@@ -96,8 +101,9 @@ struct WorkerGroup::Impl {
 
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::unique_ptr<Worker>> retired;  ///< earlier attempts', kept while handlers may run
-  std::vector<WorkerFailure> failures;
+  std::vector<Failure> failures;
   Phase phase = Phase::idle;
+  unsigned stop_generation = 0;  ///< a later stop sequence supersedes an earlier one's pending step
   bool start_failed = false;
   bool drain_armed = false;
   bool wrote_files = false;
@@ -118,7 +124,7 @@ struct WorkerGroup::Impl {
     } catch (const std::exception& e) {
       spdlog::error("cannot start worker {}: {}", workers.size(), e.what());
       start_failed = true;
-      begin_stop(SIGKILL);
+      run_stop({{SIGKILL, std::chrono::milliseconds(0)}});
     }
     ::close(devnull);
     maybe_finish();
@@ -248,7 +254,7 @@ struct WorkerGroup::Impl {
       spdlog::warn("worker rank {} (local_rank {}, pid {}) failed with {}; stopping the other workers", f.rank,
                    f.local_rank, f.pid,
                    f.exitcode < 0 ? signal_name(-f.exitcode) : "exit code " + std::to_string(f.exitcode));
-      begin_stop(SIGTERM);
+      run_stop(stop_sequence(SIGTERM, plan.shutdown_timeout_s));
       if (callbacks.on_failure) callbacks.on_failure(failures);
     }
     maybe_finish();
@@ -262,17 +268,20 @@ struct WorkerGroup::Impl {
     }
   }
 
-  void begin_stop(int sig) {
+  /// The one place a stop sequence runs: each step signals the workers still running, and the next
+  /// follows after the step's wait unless the group finished first or another sequence took over.
+  void run_stop(std::vector<StopStep> steps, size_t step = 0) {
     if (phase == Phase::idle || phase == Phase::finishing) return;
+    if (step == 0) ++stop_generation;
     phase = Phase::stopping;
-    signal_workers(sig);
-    if (sig == SIGKILL) return;
-    kill_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(plan.shutdown_timeout_s)));
-    kill_timer.async_wait([this](const boost::system::error_code& ec) {
-      if (ec || phase != Phase::stopping) return;
-      spdlog::warn("workers still running {}s after the stop signal: sending SIGKILL", plan.shutdown_timeout_s);
-      signal_workers(SIGKILL);
+    signal_workers(steps[step].signal);
+    if (step + 1 == steps.size()) return;
+    kill_timer.expires_after(steps[step].wait);
+    kill_timer.async_wait([this, steps, step, generation = stop_generation](const boost::system::error_code& ec) {
+      if (ec || phase != Phase::stopping || generation != stop_generation) return;
+      spdlog::warn("workers still running {}s after the stop signal: sending {}",
+                   std::chrono::duration<double>(steps[step].wait).count(), signal_name(steps[step + 1].signal));
+      run_stop(steps, step + 1);
     });
   }
 
@@ -324,7 +333,6 @@ struct WorkerGroup::Impl {
     }
     return any;
   }
-
 };
 
 WorkerGroup::WorkerGroup(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
@@ -332,13 +340,8 @@ WorkerGroup::WorkerGroup(asio::io_context& io, Console& console, const LaunchPla
     : impl_(std::make_unique<Impl>(io, console, plan, logs, guard, std::move(callbacks))) {}
 WorkerGroup::~WorkerGroup() = default;
 void WorkerGroup::start(const GroupEnv& group) { impl_->start(group); }
-void WorkerGroup::stop(int sig) { impl_->begin_stop(sig); }
-void WorkerGroup::kill() {
-  if (impl_->phase == Impl::Phase::stopping || impl_->phase == Impl::Phase::running) {
-    impl_->phase = Impl::Phase::stopping;
-    impl_->signal_workers(SIGKILL);
-  }
-}
+void WorkerGroup::stop(int sig) { impl_->run_stop(stop_sequence(sig, impl_->plan.shutdown_timeout_s)); }
+void WorkerGroup::kill() { impl_->run_stop({{SIGKILL, std::chrono::milliseconds(0)}}); }
 void WorkerGroup::reap() { impl_->reap(); }
 bool WorkerGroup::active() const { return impl_->phase != Impl::Phase::idle; }
 bool WorkerGroup::wrote_log_files() const { return impl_->wrote_files; }

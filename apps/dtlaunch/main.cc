@@ -23,6 +23,7 @@
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
+#include "launcher/posix_io.h"
 #include "launcher/rdzv_server_command.h"
 #include "launcher/supervisor.h"
 #include "rendezvous/auth.h"
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
       code = agent.run();
       wrote_files = agent.wrote_log_files();
     } else {
-      launcher::Supervisor supervisor(io, console, plan, logs, guard);
+      launcher::Supervisor supervisor(io, console, plan, logs, guard, launcher::host_name());
       code = supervisor.run();
       wrote_files = supervisor.wrote_log_files();
     }
