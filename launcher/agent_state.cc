@@ -26,6 +26,17 @@ GroupEnv round_env(GroupEnv env, const rdzv::Round& r) {
 
 AgentState::AgentState(AgentConfig config) : config_(std::move(config)) {}
 
+/// A group that could not start, as a failure of this node's first rank.
+Failure AgentState::start_failure(int64_t now_ns) const {
+  Failure f;
+  f.host = config_.host;
+  f.rank = round_ ? round_->base_rank : -1;
+  f.local_rank = -1;
+  f.message = "dtlaunch could not start the workers";
+  f.observed_ns = now_ns;
+  return f;
+}
+
 bool AgentState::group_runs() const {
   return phase_ == Phase::running || phase_ == Phase::stopping_for_round || phase_ == Phase::stopping_to_leave;
 }
@@ -60,15 +71,7 @@ AgentState::Actions AgentState::on_group_finished(const Group::Result& result, i
     leave(a);
     return a;
   }
-  if (result.start_failed) {
-    Failure f;
-    f.host = config_.host;
-    f.rank = round_ ? round_->base_rank : -1;
-    f.local_rank = -1;
-    f.message = "dtlaunch could not start the workers";
-    f.observed_ns = now_ns;
-    a.push_back(Send{rdzv::Failed{{f}}});
-  }
+  if (result.start_failed) a.push_back(Send{rdzv::Failed{{start_failure(now_ns)}}});
   if (phase_ == Phase::running && result.failures.empty() && !result.start_failed) {
     phase_ = Phase::finished;
     a.push_back(Send{rdzv::Done{}});

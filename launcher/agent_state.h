@@ -85,6 +85,7 @@ class AgentState {
 
  private:
   bool group_runs() const;
+  Failure start_failure(int64_t now_ns) const;
   void stop_or_leave(int sig, Actions& a);
   void leave(Actions& a);
 

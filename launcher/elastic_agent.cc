@@ -123,25 +123,7 @@ struct ElasticAgent::Impl {
     for (int sig : plan.signals) signals.add(sig);
     wait_signal();
     if (opts.server) {
-      try {
-        server = std::make_unique<rdzv::Server>(io, *opts.server);
-        spdlog::info("hosting the rendezvous on {}:{}", opts.server->host, server->port());
-      } catch (const rdzv::PortInUse& e) {
-        if (!opts.host_if_free) {
-          const bool is_static = opts.server->round.static_backend;
-          std::string msg = is_static ? "--master_port " + std::to_string(opts.server->port) + " is already in use on " +
-                                            opts.server->host + ": is another node 0 of this job running?"
-                                      : e.what();
-          console.write(2, "dtlaunch: error: " + msg + "\n");  // after what is queued already
-          return 2;
-        }
-        spdlog::info("the rendezvous on {}:{} is hosted by another agent on this machine", opts.server->host,
-                     opts.server->port);
-      } catch (const std::runtime_error& e) {
-        // an address that does not resolve or is not this machine's: bad input, nothing started
-        console.write(2, std::string("dtlaunch: error: ") + e.what() + "\n");
-        return 2;
-      }
+      if (auto code = host_rendezvous()) return *code;
     }
     client = std::make_unique<rdzv::Client>(
         io, opts.client,
@@ -152,6 +134,30 @@ struct ElasticAgent::Impl {
     client->start();
     io.run();
     return state.exit_code();
+  }
+
+  /// Starts the rendezvous server this node hosts; an exit code when that is bad input.
+  std::optional<int> host_rendezvous() {
+    try {
+      server = std::make_unique<rdzv::Server>(io, *opts.server);
+      spdlog::info("hosting the rendezvous on {}:{}", opts.server->host, server->port());
+    } catch (const rdzv::PortInUse& e) {
+      if (!opts.host_if_free) {
+        const bool is_static = opts.server->round.static_backend;
+        std::string msg = is_static ? "--master_port " + std::to_string(opts.server->port) + " is already in use on " +
+                                          opts.server->host + ": is another node 0 of this job running?"
+                                    : e.what();
+        console.write(2, "dtlaunch: error: " + msg + "\n");  // after what is queued already
+        return 2;
+      }
+      spdlog::info("the rendezvous on {}:{} is hosted by another agent on this machine", opts.server->host,
+                   opts.server->port);
+    } catch (const std::runtime_error& e) {
+      // an address that does not resolve or is not this machine's: bad input, nothing started
+      console.write(2, std::string("dtlaunch: error: ") + e.what() + "\n");
+      return 2;
+    }
+    return std::nullopt;
   }
 
   void wait_signal() {

@@ -138,30 +138,7 @@ struct WorkerGroup::Impl {
     w->error_file = (dir / "error.json").string();
 
     int child_fds[3] = {stdin_fd, -1, -1};
-    int close_after[4] = {-1, -1, -1, -1};
-    const bool on_console = !plan.console_filter || plan.console_filter->count(lr);
-    for (int which : {1, 2}) {
-      Stream& s = which == 1 ? w->out : w->err;
-      bool to_file = has(plan.redirects.for_rank(lr), which) || has(plan.tee.for_rank(lr), which);
-      bool to_console = on_console && (!has(plan.redirects.for_rank(lr), which) || has(plan.tee.for_rank(lr), which));
-      if (!to_console) to_file = true;  // hidden from the console: kept in its file, never dropped
-      int file_fd = to_file ? open_log(dir / (which == 1 ? "stdout.log" : "stderr.log")) : -1;
-      wrote_files |= to_file;
-      if (!to_console) {
-        child_fds[which] = file_fd;  // the worker writes its file itself
-        close_after[which] = file_fd;
-        continue;
-      }
-      int p[2];
-      if (pipe2(p, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
-      child_fds[which] = p[1];
-      close_after[which] = p[1];
-      s.pipe.assign(p[0]);
-      s.open = true;
-      s.file_fd = file_fd;
-      s.console_fd = which;
-      s.prefixer = std::make_unique<LinePrefixer>(expand_prefix(plan.prefix_template, group.role, lr, w->rank));
-    }
+    for (int which : {1, 2}) child_fds[which] = connect_stream(*w, group, which, dir);
 
     WorkerSlot slot{lr, w->error_file, plan.cuda_visible_devices[lr]};
     SpawnSpec spec{plan.exec_path, substitute_local_rank(plan.argv, lr),
@@ -170,13 +147,33 @@ struct WorkerGroup::Impl {
     w->pid = spawn_worker(spec);
     w->running = true;
     guard.watch(w->pid);
-    for (int fd : close_after) {
-      if (fd >= 0) ::close(fd);
-    }
+    for (int which : {1, 2}) ::close(child_fds[which]);
     for (Stream* s : {&w->out, &w->err}) {
       if (s->open) read_more(*s);
     }
     return w;
+  }
+
+  /// Where worker `w`'s stream `which` (1: stdout, 2: stderr) goes: to the console through a pipe,
+  /// to its file, or both. Returns the fd the worker writes to, which dtlaunch closes once it started.
+  int connect_stream(Worker& w, const GroupEnv& group, int which, const std::filesystem::path& dir) {
+    const int lr = w.local_rank;
+    Stream& s = which == 1 ? w.out : w.err;
+    const bool on_console = !plan.console_filter || plan.console_filter->count(lr);
+    bool to_file = has(plan.redirects.for_rank(lr), which) || has(plan.tee.for_rank(lr), which);
+    bool to_console = on_console && (!has(plan.redirects.for_rank(lr), which) || has(plan.tee.for_rank(lr), which));
+    if (!to_console) to_file = true;  // hidden from the console: kept in its file, never dropped
+    int file_fd = to_file ? open_log(dir / (which == 1 ? "stdout.log" : "stderr.log")) : -1;
+    wrote_files |= to_file;
+    if (!to_console) return file_fd;  // the worker writes its file itself
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
+    s.pipe.assign(p[0]);
+    s.open = true;
+    s.file_fd = file_fd;
+    s.console_fd = which;
+    s.prefixer = std::make_unique<LinePrefixer>(expand_prefix(plan.prefix_template, group.role, lr, w.rank));
+    return p[1];
   }
 
   // ---- output ----
@@ -296,29 +293,30 @@ struct WorkerGroup::Impl {
     if (phase == Phase::running) phase = Phase::stopping;
     bool open = false;
     for (auto& w : workers) open |= w->out.open || w->err.open;
-    if (open) {
-      if (!drain_armed) {
-        drain_armed = true;
-        drain_timer.expires_after(kDrainTimeout);
-        drain_timer.async_wait([this](const boost::system::error_code& ec) {
-          if (ec || phase != Phase::stopping) return;
-          spdlog::warn("worker output still open {}s after the workers exited; closing it", kDrainTimeout.count());
-          for (auto& w : workers) {
-            for (Stream* s : {&w->out, &w->err}) {
-              if (s->open) close_stream(*s);
-            }
-          }
-          maybe_finish();
-        });
-      }
-      return;
-    }
+    if (open) return arm_drain();
     phase = Phase::finishing;
     kill_timer.cancel();
     drain_timer.cancel();
     for (auto& w : workers) guard.forget(w->pid);
     phase = Phase::idle;
     callbacks.on_finished(Result{failures, start_failed});
+  }
+
+  /// Output may trail the exits by a moment; after kDrainTimeout what is still open is closed.
+  void arm_drain() {
+    if (drain_armed) return;
+    drain_armed = true;
+    drain_timer.expires_after(kDrainTimeout);
+    drain_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || phase != Phase::stopping) return;
+      spdlog::warn("worker output still open {}s after the workers exited; closing it", kDrainTimeout.count());
+      for (auto& w : workers) {
+        for (Stream* s : {&w->out, &w->err}) {
+          if (s->open) close_stream(*s);
+        }
+      }
+      maybe_finish();
+    });
   }
 
   /// SIGKILLs what is left in the workers' process groups and every adopted orphan; true while
