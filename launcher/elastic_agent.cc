@@ -5,12 +5,12 @@
 
 #include <random>
 
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
 #include "launcher/agent_state.h"
 #include "launcher/failure.h"
+#include "launcher/group_signals.h"
 #include "launcher/posix_io.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/ports.h"
@@ -85,43 +85,27 @@ std::variant<AgentOptions, std::string> make_agent_options(const config::LaunchO
   return a;
 }
 
+namespace {
+
 /// The event loop's side of AgentState: sockets, signals, timers and the worker group feed it
 /// events, and its actions are carried out here.
-struct ElasticAgent::Impl {
-  Impl(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
-       AgentOptions opts)
+class ElasticAgent final : public Runner {
+ public:
+  ElasticAgent(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
+               AgentOptions opts)
       : io(io),
         console(console),
         plan(plan),
         opts(std::move(opts)),
         state({plan.group, plan.nproc, this->opts.client.join.host, this->opts.exit_barrier_timeout}),
-        signals(io),
         barrier_timer(io),
         drain_timer(io),
         group(io, console, plan, logs, guard,
               {[this](const std::vector<Failure>& f) { apply(state.on_workers_failed(f)); },
-               [this](const Group::Result& r) { apply(state.on_group_finished(r, wall_now_ns())); }}) {}
+               [this](const Group::Result& r) { apply(state.on_group_finished(r, wall_now_ns())); }}),
+        signals(io, plan.signals, group, [this](int sig) { apply(state.on_signal(sig)); }) {}
 
-  asio::io_context& io;
-  Console& console;
-  const LaunchPlan& plan;
-  AgentOptions opts;
-  AgentState state;
-  asio::signal_set signals;
-  asio::steady_timer barrier_timer;
-  asio::steady_timer drain_timer;
-  WorkerGroup group;
-  std::unique_ptr<rdzv::Server> server;
-  std::unique_ptr<rdzv::Client> client;
-
-  static int64_t wall_now_ns() {
-    return duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  }
-
-  int run() {
-    signals.add(SIGCHLD);
-    for (int sig : plan.signals) signals.add(sig);
-    wait_signal();
+  int run() override {
     if (opts.server) {
       if (auto code = host_rendezvous()) return *code;
     }
@@ -134,6 +118,24 @@ struct ElasticAgent::Impl {
     client->start();
     io.run();
     return state.exit_code();
+  }
+  bool wrote_log_files() const override { return group.wrote_log_files(); }
+
+ private:
+  asio::io_context& io;
+  Console& console;
+  const LaunchPlan& plan;
+  AgentOptions opts;
+  AgentState state;
+  asio::steady_timer barrier_timer;
+  asio::steady_timer drain_timer;
+  WorkerGroup group;
+  GroupSignals signals;
+  std::unique_ptr<rdzv::Server> server;
+  std::unique_ptr<rdzv::Client> client;
+
+  static int64_t wall_now_ns() {
+    return duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
 
   /// Starts the rendezvous server this node hosts; an exit code when that is bad input.
@@ -158,18 +160,6 @@ struct ElasticAgent::Impl {
       return 2;
     }
     return std::nullopt;
-  }
-
-  void wait_signal() {
-    signals.async_wait([this](const boost::system::error_code& ec, int sig) {
-      if (ec) return;
-      if (sig == SIGCHLD) {
-        group.reap();
-      } else {
-        apply(state.on_signal(sig));
-      }
-      wait_signal();
-    });
   }
 
   void apply(const AgentState::Actions& actions) {
@@ -218,19 +208,18 @@ struct ElasticAgent::Impl {
   }
 
   void finish() {
-    boost::system::error_code ignored;
-    signals.cancel(ignored);
+    signals.cancel();
     barrier_timer.cancel();
     drain_timer.cancel();
     io.stop();
   }
 };
 
-ElasticAgent::ElasticAgent(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
-                           OrphanGuard& guard, AgentOptions options)
-    : impl_(std::make_unique<Impl>(io, console, plan, logs, guard, std::move(options))) {}
-ElasticAgent::~ElasticAgent() = default;
-int ElasticAgent::run() { return impl_->run(); }
-bool ElasticAgent::wrote_log_files() const { return impl_->group.wrote_log_files(); }
+}  // namespace
+
+std::unique_ptr<Runner> make_elastic_agent(asio::io_context& io, Console& console, const LaunchPlan& plan,
+                                           RunLogDir& logs, OrphanGuard& guard, AgentOptions options) {
+  return std::make_unique<ElasticAgent>(io, console, plan, logs, guard, std::move(options));
+}
 
 }  // namespace dtl::launcher

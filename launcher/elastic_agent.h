@@ -38,17 +38,7 @@ std::variant<AgentOptions, std::string> make_agent_options(const config::LaunchO
 
 /// Runs until the server ends the job, the rendezvous fails, or a signal stops this node; its
 /// lifecycle is AgentState's (launcher/agent_state.h).
-class ElasticAgent final : public Runner {
- public:
-  ElasticAgent(boost::asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
-               OrphanGuard& guard, AgentOptions options);
-  ~ElasticAgent() override;
-  int run() override;
-  bool wrote_log_files() const override;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
+std::unique_ptr<Runner> make_elastic_agent(boost::asio::io_context& io, Console& console, const LaunchPlan& plan,
+                                           RunLogDir& logs, OrphanGuard& guard, AgentOptions options);
 
 }  // namespace dtl::launcher

@@ -15,18 +15,8 @@
 
 namespace dtl::launcher {
 
-class Supervisor final : public Runner {
- public:
-  /// `host` names this node in the failure summary.
-  Supervisor(boost::asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
-             OrphanGuard& guard, std::string host);
-  ~Supervisor() override;
-  int run() override;
-  bool wrote_log_files() const override;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
+/// `host` names this node in the failure summary.
+std::unique_ptr<Runner> make_supervisor(boost::asio::io_context& io, Console& console, const LaunchPlan& plan,
+                                        RunLogDir& logs, OrphanGuard& guard, std::string host);
 
 }  // namespace dtl::launcher
