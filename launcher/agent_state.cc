@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "launcher/failure.h"
 
 namespace dtl::launcher {
@@ -47,11 +49,10 @@ AgentState::Actions AgentState::on_round(const rdzv::Round& r) {
   Actions a{CancelBarrier{}};
   round_ = r;
   phase_ = Phase::running;
-  a.push_back(Log{Level::info, "round " + std::to_string(r.round) + ": node " + std::to_string(r.group_rank) + " of " +
-                                   std::to_string(r.group_world_size) + ", ranks " + std::to_string(r.base_rank) +
-                                   ".." + std::to_string(r.base_rank + config_.nproc - 1) + " of " +
-                                   std::to_string(r.world_size) + ", master " + r.master_addr + ":" +
-                                   std::to_string(r.master_port) + ", restart " + std::to_string(r.restart_count)});
+  a.push_back(Log{Level::info, fmt::format("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart {}",
+                                           r.round, r.group_rank, r.group_world_size, r.base_rank,
+                                           r.base_rank + config_.nproc - 1, r.world_size, r.master_addr,
+                                           r.master_port, r.restart_count)});
   a.push_back(StartGroup{round_env(config_.group, r)});
   return a;
 }
@@ -124,8 +125,8 @@ AgentState::Actions AgentState::on_signal(int sig) {
 AgentState::Actions AgentState::on_barrier_timeout() {
   Actions a;
   if (phase_ != Phase::finished) return a;
-  a.push_back(Log{Level::warn, "the other nodes did not finish within " +
-                                   std::to_string(config_.exit_barrier_timeout.count()) + "s of this one; leaving"});
+  a.push_back(Log{Level::warn, fmt::format("the other nodes did not finish within {}s of this one; leaving",
+                                           config_.exit_barrier_timeout.count())});
   leave(a);
   return a;
 }

@@ -277,3 +277,22 @@ TEST_CASE("workers failing while the group stops for the server are not reported
   s.on_stop(rdzv::Stop{"rank 3 failed"});
   CHECK(s.on_workers_failed({failure(0, 1)}).empty());
 }
+
+TEST_CASE("a Stop while the group stops for its own failure restarts the stop sequence and Stopped follows") {
+  auto s = running();
+  s.on_workers_failed({failure(0, 1)});
+  CHECK(words(s.on_stop(rdzv::Stop{"rank 3 on node-b failed"})) ==
+        W{"warn: stopping the workers: rank 3 on node-b failed", "stop 15"});
+  CHECK(s.phase() == Phase::stopping_for_round);
+  CHECK(words(s.on_group_finished(failed({failure(0, 1)}), 0)) == W{"send stopped"});
+}
+
+TEST_CASE("an Exit while the group stops for the round turns the stop into leaving") {
+  auto s = running(1);
+  s.on_stop(rdzv::Stop{"node-c lost: forming a smaller group"});
+  CHECK(words(s.on_exit(rdzv::Exit{1, "node-c was lost and the job cannot go on without it", {}})) ==
+        W{"cancel barrier", "stop 15"});
+  CHECK(s.phase() == Phase::stopping_to_leave);
+  CHECK(words(s.on_group_finished(success, 0)) ==
+        W{"error: the job failed: node-c was lost and the job cannot go on without it", "leave 1"});
+}
