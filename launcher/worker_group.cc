@@ -87,7 +87,7 @@ struct WorkerGroup::Impl {
   Impl(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
        Callbacks callbacks)
       : io(io), console(console), plan(plan), logs(logs), guard(guard), callbacks(std::move(callbacks)),
-        kill_timer(io), drain_timer(io) {}
+        stop_timer(io), drain_timer(io) {}
   ~Impl() { console.forget(io); }
 
   asio::io_context& io;
@@ -96,7 +96,7 @@ struct WorkerGroup::Impl {
   RunLogDir& logs;
   OrphanGuard& guard;
   Callbacks callbacks;
-  asio::steady_timer kill_timer;
+  asio::steady_timer stop_timer;
   asio::steady_timer drain_timer;
 
   std::vector<std::unique_ptr<Worker>> workers;
@@ -273,8 +273,8 @@ struct WorkerGroup::Impl {
     phase = Phase::stopping;
     signal_workers(steps[step].signal);
     if (step + 1 == steps.size()) return;
-    kill_timer.expires_after(steps[step].wait);
-    kill_timer.async_wait([this, steps, step, generation = stop_generation](const boost::system::error_code& ec) {
+    stop_timer.expires_after(steps[step].wait);
+    stop_timer.async_wait([this, steps, step, generation = stop_generation](const boost::system::error_code& ec) {
       if (ec || phase != Phase::stopping || generation != stop_generation) return;
       spdlog::warn("workers still running {}s after the stop signal: sending {}",
                    std::chrono::duration<double>(steps[step].wait).count(), signal_name(steps[step + 1].signal));
@@ -295,7 +295,7 @@ struct WorkerGroup::Impl {
     for (auto& w : workers) open |= w->out.open || w->err.open;
     if (open) return arm_drain();
     phase = Phase::finishing;
-    kill_timer.cancel();
+    stop_timer.cancel();
     drain_timer.cancel();
     for (auto& w : workers) guard.forget(w->pid);
     phase = Phase::idle;
