@@ -23,6 +23,7 @@
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
+#include "launcher/posix_io.h"
 #include "launcher/rdzv_server_command.h"
 #include "launcher/supervisor.h"
 #include "rendezvous/auth.h"
@@ -132,17 +133,10 @@ int main(int argc, char** argv) {
     // Should dtlaunch be SIGKILLed, the guard removes what only this run could have used.
     if (logs.temporary() && !plan.writes_log_files()) guard.remove_on_death(logs.root());
     boost::asio::io_context io;
-    int code = 0;
-    bool wrote_files = false;
-    if (agent_options) {
-      launcher::ElasticAgent agent(io, console, plan, logs, guard, *agent_options);
-      code = agent.run();
-      wrote_files = agent.wrote_log_files();
-    } else {
-      launcher::Supervisor supervisor(io, console, plan, logs, guard);
-      code = supervisor.run();
-      wrote_files = supervisor.wrote_log_files();
-    }
+    auto runner = agent_options ? launcher::make_elastic_agent(io, console, plan, logs, guard, *agent_options)
+                                : launcher::make_supervisor(io, console, plan, logs, guard, launcher::host_name());
+    const int code = runner->run();
+    const bool wrote_files = runner->wrote_log_files();
     const bool keep = !plan.log_dir.empty() || wrote_files;
     if (keep && logs.temporary()) spdlog::info("per-rank logs are in {}", logs.path().string());
     if (keep) guard.remove_on_death("");
