@@ -1,15 +1,13 @@
 // `dtlaunch env`: what a bug report needs, as a Markdown list to paste: versions, machine, GPUs,
 // NCCL, Python and torch, and the settings in effect with their sources.
-#include <dlfcn.h>
-#include <sched.h>
 #include <sys/utsname.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include "base/posix.h"
 #include "commands/commands.h"
 #include "config/text.h"
 #include "launcher/gpus.h"
@@ -43,26 +41,15 @@ std::string kib_as_gib(const std::string& meminfo_value) {
 
 /// NCCL's own version, from libnccl.so.2 when the loader finds it.
 std::string nccl_version() {
-  void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  posix::Library lib("libnccl.so.2");
   if (!lib) return "not found (libnccl.so.2)";
-  using VersionFn = int (*)(int*);
-  auto fn = reinterpret_cast<VersionFn>(dlsym(lib, "ncclGetVersion"));
+  auto fn = lib.function<int(int*)>("ncclGetVersion");
   int code = 0;
-  std::string out = "libnccl.so.2 without ncclGetVersion";
-  if (fn && fn(&code) == 0) {
-    // 2.9 and later: major*10000 + minor*100 + patch; before: major*1000 + minor*100 + patch.
-    int major = code >= 10000 ? code / 10000 : code / 1000;
-    int minor = code >= 10000 ? (code % 10000) / 100 : (code % 1000) / 100;
-    out = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
-  }
-  dlclose(lib);
-  return out;
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out(1, '\'');
-  out.append(text::replace_all(s, "'", "'\\''")).push_back('\'');
-  return out;
+  if (!fn || fn(&code) != 0) return "libnccl.so.2 without ncclGetVersion";
+  // 2.9 and later: major*10000 + minor*100 + patch; before: major*1000 + minor*100 + patch.
+  int major = code >= 10000 ? code / 10000 : code / 1000;
+  int minor = code >= 10000 ? (code % 10000) / 100 : (code % 1000) / 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
 }
 
 /// Lines printed by `python -c`, or empty when there is no such interpreter.
@@ -79,19 +66,7 @@ std::vector<std::string> python_facts(const std::string& python) {
       "        print('none')\n"
       "except Exception as e:\n"
       "    print('-'); print(type(e).__name__)\n";
-  std::string cmd = "timeout 60 " + shell_quote(python) + " -c " + shell_quote(script) + " 2>/dev/null";
-  std::vector<std::string> lines;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return lines;
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
-  pclose(pipe);
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(line);
-  return lines;
+  return posix::run_program({python, "-c", script}, std::chrono::seconds(60)).lines;
 }
 
 }  // namespace
@@ -117,11 +92,9 @@ int run_env(const std::vector<std::string>& args, const config::EnvLookup& env) 
   if (uname(&u) == 0) {
     out << "- Platform: " << u.sysname << " " << u.release << " " << u.machine << (os.empty() ? "" : ", " + os) << "\n";
   }
-  cpu_set_t set;
-  int affinity = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
   std::string model = field("/proc/cpuinfo", "model name", ':');
-  out << "- CPU: " << (model.empty() ? "?" : model) << ", " << sysconf(_SC_NPROCESSORS_ONLN) << " online, " << affinity
-      << " in dtlaunch's affinity mask\n";
+  out << "- CPU: " << (model.empty() ? "?" : model) << ", " << posix::online_cpu_count() << " online, "
+      << posix::cpu_count() << " in dtlaunch's affinity mask\n";
   auto meminfo = [](const std::string& key) {
     std::string v = field("/proc/meminfo", key, ':');  // "131072 kB"
     return kib_as_gib(v.substr(0, v.find(' ')));

@@ -4,7 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include "base/posix.h"
 
 namespace dtl::commands {
 namespace {
@@ -70,24 +70,11 @@ ConsoleTerminal::~ConsoleTerminal() {
   g_raw_fd = -1;
 }
 
-void ConsoleTerminal::write(const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(out_, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
+void ConsoleTerminal::write(const std::string& text) { posix::write_all(out_, text); }
 
 ConsoleTerminal::Key ConsoleTerminal::read_key(std::string& text) {
   unsigned char c = 0;
-  while (true) {
-    ssize_t n = ::read(in_, &c, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Key::eof;
-    break;
-  }
+  if (posix::read_some(in_, &c, 1) <= 0) return Key::eof;
   switch (c) {
     case 3: return Key::interrupt;
     case 4: return Key::eof;
@@ -101,10 +88,10 @@ ConsoleTerminal::Key ConsoleTerminal::read_key(std::string& text) {
       pollfd p{in_, POLLIN, 0};
       if (poll(&p, 1, 50) <= 0) return Key::other;
       unsigned char b = 0;
-      if (::read(in_, &b, 1) != 1 || (b != '[' && b != 'O')) return Key::other;
+      if (posix::read_some(in_, &b, 1) != 1 || (b != '[' && b != 'O')) return Key::other;
       unsigned char f = 0;
       do {
-        if (::read(in_, &f, 1) != 1) return Key::other;
+        if (posix::read_some(in_, &f, 1) != 1) return Key::other;
       } while (f < 0x40 || f > 0x7E);
       return f == 'A' ? Key::up : f == 'B' ? Key::down : Key::other;
     }
@@ -115,22 +102,28 @@ ConsoleTerminal::Key ConsoleTerminal::read_key(std::string& text) {
   }
 }
 
+bool ConsoleTerminal::edit(Key key, const std::string& text, std::string& line) {
+  if (key == Key::text) {
+    line += text;
+    write(text);
+    return true;
+  }
+  if (key != Key::backspace) return false;
+  if (!line.empty()) {
+    pop_char(line);
+    write("\b \b");
+  }
+  return true;
+}
+
 config::Reply ConsoleTerminal::read_line_raw(const std::string& prompt) {
   write(prompt);
   std::string line;
   while (true) {
     std::string t;
-    switch (read_key(t)) {
-      case Key::text:
-        line += t;
-        write(t);
-        break;
-      case Key::backspace:
-        if (!line.empty()) {
-          pop_char(line);
-          write("\b \b");
-        }
-        break;
+    const Key key = read_key(t);
+    if (edit(key, t, line)) continue;
+    switch (key) {
       case Key::erase_line:
         for (size_t i = columns(line); i > 0; --i) write("\b \b");
         line.clear();
@@ -149,8 +142,7 @@ config::Reply ConsoleTerminal::read_line_raw(const std::string& prompt) {
 config::Reply ConsoleTerminal::read_line_cooked() {
   while (pending_.find('\n') == std::string::npos && !input_closed_) {
     char buf[4096];
-    ssize_t n = ::read(in_, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
+    long n = posix::read_some(in_, buf, sizeof buf);
     if (n <= 0) {
       input_closed_ = true;
       break;
@@ -211,26 +203,14 @@ config::Reply ConsoleTerminal::choose(const std::string& question, const std::ve
   };
   while (true) {
     std::string t;
-    switch (read_key(t)) {
+    const Key key = read_key(t);
+    if (edit(key, t, typed)) continue;
+    switch (key) {
       case Key::up:
-        selected = (selected + n - 1) % n;
-        typed.clear();
-        draw_menu(options, selected, typed, true);
-        break;
       case Key::down:
-        selected = (selected + 1) % n;
+        selected = (selected + (key == Key::up ? n - 1 : 1)) % n;
         typed.clear();
         draw_menu(options, selected, typed, true);
-        break;
-      case Key::text:
-        typed += t;
-        write(t);
-        break;
-      case Key::backspace:
-        if (!typed.empty()) {
-          pop_char(typed);
-          write("\b \b");
-        }
         break;
       case Key::erase_line:
         typed.clear();

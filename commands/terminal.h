@@ -26,6 +26,8 @@ class ConsoleTerminal : public config::Terminal {
  private:
   enum class Key { text, enter, up, down, backspace, erase_line, interrupt, eof, other };
   Key read_key(std::string& text);
+  /// A typed character or a backspace applied to `line` and echoed; false for any other key.
+  bool edit(Key key, const std::string& text, std::string& line);
   config::Reply read_line_raw(const std::string& prompt);
   config::Reply read_line_cooked();
   void draw_menu(const std::vector<config::Choice>& options, int selected, const std::string& typed, bool redraw);

@@ -8,21 +8,12 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/posix.h"
+
 namespace dtl::config {
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
-
-bool write_all(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -37,20 +28,10 @@ ReadFile disk_files() {
       ::close(fd);
       return {FileRead::Status::error, "it is a directory"};
     }
-    FileRead out;
-    char buf[8192];
-    while (true) {
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        out = {FileRead::Status::error, errno_text()};
-        break;
-      }
-      if (n == 0) break;
-      out.text.append(buf, static_cast<size_t>(n));
-    }
+    posix::ReadAll got = posix::read_all(fd);
     ::close(fd);
-    return out;
+    if (got.error) return {FileRead::Status::error, std::strerror(got.error)};
+    return {FileRead::Status::ok, std::move(got.text)};
   };
 }
 
@@ -73,7 +54,7 @@ std::string write_file_atomically(const std::string& path, const std::string& te
     return why;
   };
   if (fchmod(fd, 0644) != 0) return fail("cannot set the permissions of " + tmp);
-  if (!write_all(fd, text)) return fail("cannot write " + tmp);
+  if (!posix::write_all(fd, text)) return fail("cannot write " + tmp);
   if (fsync(fd) != 0) return fail("cannot sync " + tmp);
   if (::close(fd) != 0) {
     ::unlink(tmp.c_str());

@@ -5,7 +5,7 @@
 #include <boost/asio/post.hpp>
 #include <spdlog/sinks/base_sink.h>
 
-#include "launcher/posix_io.h"
+#include "base/posix.h"
 
 namespace dtl::launcher {
 namespace {
@@ -99,7 +99,7 @@ void Console::run(Channel& c) {
     batch.swap(c.queued);
     lock.unlock();
     // A reader that went away (`dtlaunch ... | head`) is not an error: this output is dropped.
-    const bool ok = write_all(c.fd, batch);
+    const bool ok = posix::write_all(c.fd, batch);
     lock.lock();
     if (!ok) {
       c.alive = false;

@@ -16,6 +16,7 @@
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
+#include "launcher/runner.h"
 #include "rendezvous/client.h"
 #include "rendezvous/server.h"
 
@@ -30,18 +31,9 @@ struct AgentOptions {
   std::chrono::seconds exit_barrier_timeout{300};   ///< how long a finished node waits for the others
 };
 
-class ElasticAgent {
- public:
-  ElasticAgent(boost::asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
-               OrphanGuard& guard, AgentOptions options);
-  ~ElasticAgent();
-  /// Runs until the server ends the job, the rendezvous fails, or a signal stops this node.
-  int run();
-  bool wrote_log_files() const;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
+/// Runs until the server ends the job, the rendezvous fails, or a signal stops this node; its
+/// lifecycle is AgentState's (launcher/agent_state.h).
+std::unique_ptr<Runner> make_elastic_agent(boost::asio::io_context& io, Console& console, const LaunchPlan& plan,
+                                           RunLogDir& logs, OrphanGuard& guard, AgentOptions options);
 
 }  // namespace dtl::launcher

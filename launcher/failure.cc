@@ -20,7 +20,7 @@ constexpr const char* kTracebackHint = "To enable traceback see: https://pytorch
 /// torchrun's error file is JSON, which yaml-cpp reads as YAML. The message is either a string, or
 /// {"message": ..., "extraInfo": {"py_callstack": ..., "timestamp": ...}}: the callstack is shown
 /// when present, else the message.
-bool read_error_file(const std::string& path, std::string& message, long long& timestamp) {
+bool read_error_file(const std::string& path, std::string& message, int64_t& timestamp) {
   std::ifstream in(path);
   if (!in) return false;
   std::stringstream text;
@@ -65,17 +65,18 @@ std::string signal_name(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "SIG" + std::to_string(sig);
 }
 
-WorkerFailure describe_failure(int local_rank, int rank, pid_t pid, int wait_status,
-                               std::chrono::system_clock::time_point observed,
-                               const std::string& error_file_path) {
-  WorkerFailure f;
+Failure describe_failure(int local_rank, int rank, pid_t pid, int wait_status,
+                         std::chrono::system_clock::time_point observed, const std::string& error_file_path) {
+  using std::chrono::duration_cast;
+  Failure f;
   f.local_rank = local_rank;
   f.rank = rank;
   f.pid = pid;
-  f.observed = observed;
+  f.observed_ns = duration_cast<std::chrono::nanoseconds>(observed.time_since_epoch()).count();
   f.exitcode = WIFSIGNALED(wait_status) ? -WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
-  f.timestamp = std::chrono::duration_cast<std::chrono::seconds>(observed.time_since_epoch()).count();
-  if (read_error_file(error_file_path, f.message, f.timestamp)) {
+  f.timestamp_s = duration_cast<std::chrono::seconds>(observed.time_since_epoch()).count();
+  f.error_file = "<N/A>";
+  if (read_error_file(error_file_path, f.message, f.timestamp_s)) {
     f.error_file = error_file_path;
   } else if (f.exitcode < 0) {
     f.message = "Signal " + std::to_string(-f.exitcode) + " (" + signal_name(-f.exitcode) + ") received by PID " +
@@ -86,30 +87,22 @@ WorkerFailure describe_failure(int local_rank, int rank, pid_t pid, int wait_sta
   return f;
 }
 
-const WorkerFailure& root_cause(const std::vector<WorkerFailure>& failures) {
-  return *std::min_element(failures.begin(), failures.end(), [](const auto& a, const auto& b) {
-    return a.observed != b.observed ? a.observed < b.observed : a.rank < b.rank;
-  });
-}
-
-int exit_code_for(const WorkerFailure& f) { return f.exitcode < 0 ? 128 - f.exitcode : f.exitcode; }
-
-std::string format_summary(const std::string& program, const std::vector<WorkerFailure>& failures,
+std::string format_summary(const std::string& program, const std::vector<Failure>& failures,
                            const std::string& host) {
-  std::vector<const WorkerFailure*> by_rank;
+  std::vector<const Failure*> by_rank;
   for (const auto& f : failures) by_rank.push_back(&f);
   std::sort(by_rank.begin(), by_rank.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
-  const WorkerFailure* root = &root_cause(failures);
+  const Failure* root = &root_cause(failures);
 
   const std::string title = program + " FAILED";
   size_t width = title.size();
   std::string root_text;
   std::vector<std::string> others;
   for (size_t idx = 0; idx < by_rank.size(); ++idx) {
-    const WorkerFailure& f = *by_rank[idx];
+    const Failure& f = *by_rank[idx];
     std::ostringstream s;
     s << "[" << idx << "]:\n"
-      << "  time      : " << format_time(f.timestamp) << "\n"
+      << "  time      : " << format_time(f.timestamp_s) << "\n"
       << "  host      : " << (f.host.empty() ? host : f.host) << "\n"
       << "  rank      : " << f.rank << " (local_rank: " << f.local_rank << ")\n"
       << "  exitcode  : " << f.exitcode << " (pid: " << f.pid << ")\n"

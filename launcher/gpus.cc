@@ -1,112 +1,114 @@
 #include "launcher/gpus.h"
 
-#include <dlfcn.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
-#include <sstream>
 
+#include "base/posix.h"
 #include "config/text.h"
-#include "launcher/spawn.h"
 
 namespace dtl::launcher {
 namespace {
 
-/// NVML through dlopen: no link-time dependency, so the binary runs on machines without a driver.
-std::optional<std::vector<Gpu>> query_nvml() {
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return std::nullopt;
-  using InitFn = int (*)();
-  using CountFn = int (*)(unsigned*);
-  using HandleFn = int (*)(unsigned, void**);
-  using StrFn = int (*)(void*, char*, unsigned);
-  auto init = reinterpret_cast<InitFn>(dlsym(lib, "nvmlInit_v2"));
-  auto shutdown = reinterpret_cast<InitFn>(dlsym(lib, "nvmlShutdown"));
-  auto count_fn = reinterpret_cast<CountFn>(dlsym(lib, "nvmlDeviceGetCount_v2"));
-  auto handle_fn = reinterpret_cast<HandleFn>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
-  auto uuid_fn = reinterpret_cast<StrFn>(dlsym(lib, "nvmlDeviceGetUUID"));
-  auto name_fn = reinterpret_cast<StrFn>(dlsym(lib, "nvmlDeviceGetName"));
-  std::optional<std::vector<Gpu>> result;
-  unsigned count = 0;
-  if (init && shutdown && count_fn && handle_fn && uuid_fn && name_fn && init() == 0) {
-    if (count_fn(&count) == 0) {
-      result.emplace();
-      for (unsigned i = 0; i < count; ++i) {
-        void* dev = nullptr;
-        char uuid[96] = {0}, name[96] = {0};
-        if (handle_fn(i, &dev) != 0) continue;
-        uuid_fn(dev, uuid, sizeof uuid);
-        name_fn(dev, name, sizeof name);
-        result->push_back(Gpu{static_cast<int>(i), uuid, name});
-      }
-    }
-    shutdown();
+/// A broken driver can hang nvidia-smi; dtlaunch then goes on without GPUs rather than wait for ever.
+constexpr std::chrono::seconds kNvidiaSmiTimeout{60};
+
+/// One NVML session: the library loaded at run time (no link-time dependency, so the binary runs on
+/// machines without a driver) and initialised, then shut down when this goes.
+class Nvml {
+ public:
+  Nvml() {
+    auto init = lib_.function<int()>("nvmlInit_v2");
+    shutdown_ = lib_.function<int()>("nvmlShutdown");
+    count_ = lib_.function<int(unsigned*)>("nvmlDeviceGetCount_v2");
+    handle_ = lib_.function<int(unsigned, void**)>("nvmlDeviceGetHandleByIndex_v2");
+    ready_ = init && shutdown_ && count_ && handle_ && init() == 0;
   }
-  dlclose(lib);
-  return result;
+  ~Nvml() {
+    if (ready_) shutdown_();
+  }
+  Nvml(const Nvml&) = delete;
+  Nvml& operator=(const Nvml&) = delete;
+
+  /// Initialised, and `symbols` are all there.
+  template <class... Fn>
+  bool ready(Fn*... symbols) const {
+    return ready_ && (... && symbols);
+  }
+  template <class Fn>
+  Fn* function(const char* name) const {
+    return lib_.function<Fn>(name);
+  }
+  /// One handle per device by NVML index (nullptr for one NVML cannot open); none when it cannot count.
+  std::optional<std::vector<void*>> devices() const {
+    unsigned count = 0;
+    if (!ready_ || count_(&count) != 0) return std::nullopt;
+    std::vector<void*> out(count, nullptr);
+    for (unsigned i = 0; i < count; ++i) {
+      if (handle_(i, &out[i]) != 0) out[i] = nullptr;
+    }
+    return out;
+  }
+
+ private:
+  posix::Library lib_{"libnvidia-ml.so.1"};
+  bool ready_ = false;
+  int (*shutdown_)() = nullptr;
+  int (*count_)(unsigned*) = nullptr;
+  int (*handle_)(unsigned, void**) = nullptr;
+};
+
+std::optional<std::vector<Gpu>> query_nvml() {
+  Nvml nvml;
+  auto uuid_fn = nvml.function<int(void*, char*, unsigned)>("nvmlDeviceGetUUID");
+  auto name_fn = nvml.function<int(void*, char*, unsigned)>("nvmlDeviceGetName");
+  auto devices = nvml.ready(uuid_fn, name_fn) ? nvml.devices() : std::nullopt;
+  if (!devices) return std::nullopt;
+  std::vector<Gpu> gpus;
+  for (size_t i = 0; i < devices->size(); ++i) {
+    void* dev = (*devices)[i];
+    if (!dev) continue;
+    char uuid[96] = {0}, name[96] = {0};
+    uuid_fn(dev, uuid, sizeof uuid);
+    name_fn(dev, name, sizeof name);
+    gpus.push_back(Gpu{static_cast<int>(i), uuid, name});
+  }
+  return gpus;
 }
 
 std::optional<std::vector<Gpu>> query_nvidia_smi() {
-  const char* path = std::getenv("PATH");
-  if (!find_executable("nvidia-smi", path ? path : "")) return std::nullopt;
-  FILE* pipe = popen("nvidia-smi -L 2>/dev/null", "r");
-  if (!pipe) return std::nullopt;
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
-  if (pclose(pipe) != 0) return std::nullopt;
-  return parse_nvidia_smi_list(text);
+  auto run = posix::run_program({"nvidia-smi", "-L"}, kNvidiaSmiTimeout);
+  if (run.exit_code != 0) return std::nullopt;
+  return parse_nvidia_smi_list(run.lines);
 }
 
 }  // namespace
 
 std::optional<GpuDetails> query_gpu_details() {
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return std::nullopt;
   struct Memory {
     unsigned long long total, free, used;
   };
-  using InitFn = int (*)();
-  using CountFn = int (*)(unsigned*);
-  using HandleFn = int (*)(unsigned, void**);
-  using MemoryFn = int (*)(void*, Memory*);
-  using DriverFn = int (*)(char*, unsigned);
-  auto init = reinterpret_cast<InitFn>(dlsym(lib, "nvmlInit_v2"));
-  auto shutdown = reinterpret_cast<InitFn>(dlsym(lib, "nvmlShutdown"));
-  auto count_fn = reinterpret_cast<CountFn>(dlsym(lib, "nvmlDeviceGetCount_v2"));
-  auto handle_fn = reinterpret_cast<HandleFn>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
-  auto memory_fn = reinterpret_cast<MemoryFn>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
-  auto driver_fn = reinterpret_cast<DriverFn>(dlsym(lib, "nvmlSystemGetDriverVersion"));
-  std::optional<GpuDetails> result;
-  if (init && shutdown && count_fn && handle_fn && memory_fn && driver_fn && init() == 0) {
-    result.emplace();
-    char driver[96] = {0};
-    if (driver_fn(driver, sizeof driver) == 0) result->driver_version = driver;
-    unsigned count = 0;
-    if (count_fn(&count) == 0) {
-      for (unsigned i = 0; i < count; ++i) {
-        void* dev = nullptr;
-        Memory m{0, 0, 0};
-        if (handle_fn(i, &dev) != 0 || memory_fn(dev, &m) != 0) m.total = 0;
-        result->memory_bytes.push_back(m.total);
-      }
-    }
-    shutdown();
+  Nvml nvml;
+  auto memory_fn = nvml.function<int(void*, Memory*)>("nvmlDeviceGetMemoryInfo");
+  auto driver_fn = nvml.function<int(char*, unsigned)>("nvmlSystemGetDriverVersion");
+  if (!nvml.ready(memory_fn, driver_fn)) return std::nullopt;
+  GpuDetails details;
+  char driver[96] = {0};
+  if (driver_fn(driver, sizeof driver) == 0) details.driver_version = driver;
+  for (void* dev : nvml.devices().value_or(std::vector<void*>{})) {
+    Memory m{0, 0, 0};
+    if (!dev || memory_fn(dev, &m) != 0) m.total = 0;
+    details.memory_bytes.push_back(m.total);
   }
-  dlclose(lib);
-  return result;
+  return details;
 }
 
-std::vector<Gpu> parse_nvidia_smi_list(const std::string& text) {
-  static const std::regex line(R"(^GPU (\d+): (.*?) \(UUID: ([^)]+)\)\s*$)");
+std::vector<Gpu> parse_nvidia_smi_list(const std::vector<std::string>& lines) {
+  static const std::regex gpu_line(R"(^GPU (\d+): (.*?) \(UUID: ([^)]+)\)\s*$)");
   std::vector<Gpu> gpus;
-  std::stringstream ss(text);
-  std::string l;
   std::smatch m;
-  while (std::getline(ss, l)) {
-    if (std::regex_match(l, m, line)) gpus.push_back(Gpu{std::stoi(m[1]), m[3], m[2]});
+  for (const auto& l : lines) {
+    if (std::regex_match(l, m, gpu_line)) gpus.push_back(Gpu{std::stoi(m[1]), m[3], m[2]});
   }
   return gpus;
 }

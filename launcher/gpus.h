@@ -31,7 +31,7 @@ std::optional<GpuDetails> query_gpu_details();
 GpuInventory discover_gpus(std::optional<int> fake);
 
 /// Parses `nvidia-smi -L` lines such as "GPU 0: NVIDIA H200 (UUID: GPU-5f3c...)".
-std::vector<Gpu> parse_nvidia_smi_list(const std::string& text);
+std::vector<Gpu> parse_nvidia_smi_list(const std::vector<std::string>& lines);
 
 /// One CUDA_VISIBLE_DEVICES entry per GPU the workers may use, or why the selection is invalid.
 using GpuSelection = std::variant<std::vector<std::string>, std::string>;

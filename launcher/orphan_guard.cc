@@ -13,6 +13,8 @@
 #include <set>
 #include <system_error>
 
+#include "base/posix.h"
+
 namespace dtl::launcher {
 namespace {
 
@@ -27,8 +29,7 @@ namespace {
   char buf[4096];
   std::string pending;
   while (true) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
+    long n = posix::read_some(fd, buf, sizeof buf);
     if (n <= 0) break;
     pending.append(buf, static_cast<size_t>(n));
     size_t nl;
@@ -65,21 +66,18 @@ OrphanGuard::OrphanGuard() {
 
 OrphanGuard::~OrphanGuard() {
   close(fd_);
-  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-  }
+  posix::retry_eintr([&] { return waitpid(pid_, nullptr, 0); });
 }
 
 void OrphanGuard::send(char op, pid_t pgid) {
   char line[32];
   int n = std::snprintf(line, sizeof line, "%c%d\n", op, static_cast<int>(pgid));
-  while (write(fd_, line, static_cast<size_t>(n)) < 0 && errno == EINTR) {
-  }
+  posix::write_all(fd_, std::string_view(line, static_cast<size_t>(n)));
 }
 
 void OrphanGuard::remove_on_death(const std::string& dir) {
   std::string line = "d" + dir + "\n";
-  while (write(fd_, line.data(), line.size()) < 0 && errno == EINTR) {
-  }
+  posix::write_all(fd_, line);
 }
 
 void OrphanGuard::watch(pid_t pgid) { send('+', pgid); }

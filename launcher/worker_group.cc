@@ -7,6 +7,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -51,6 +52,10 @@ int open_log(const std::filesystem::path& path) {
 
 }  // namespace
 
+std::vector<StopStep> stop_sequence(int signal, double grace_s) {
+  return {{signal, std::chrono::milliseconds(std::llround(grace_s * 1000))}, {SIGKILL, std::chrono::milliseconds(0)}};
+}
+
 struct WorkerGroup::Impl {
   struct Worker;
   /// One of a worker's output streams on its way to the console and/or a file.
@@ -82,7 +87,7 @@ struct WorkerGroup::Impl {
   Impl(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
        Callbacks callbacks)
       : io(io), console(console), plan(plan), logs(logs), guard(guard), callbacks(std::move(callbacks)),
-        kill_timer(io), drain_timer(io) {}
+        stop_timer(io), drain_timer(io) {}
   ~Impl() { console.forget(io); }
 
   asio::io_context& io;
@@ -91,13 +96,14 @@ struct WorkerGroup::Impl {
   RunLogDir& logs;
   OrphanGuard& guard;
   Callbacks callbacks;
-  asio::steady_timer kill_timer;
+  asio::steady_timer stop_timer;
   asio::steady_timer drain_timer;
 
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::unique_ptr<Worker>> retired;  ///< earlier attempts', kept while handlers may run
-  std::vector<WorkerFailure> failures;
+  std::vector<Failure> failures;
   Phase phase = Phase::idle;
+  unsigned stop_generation = 0;  ///< a later stop sequence supersedes an earlier one's pending step
   bool start_failed = false;
   bool drain_armed = false;
   bool wrote_files = false;
@@ -118,7 +124,7 @@ struct WorkerGroup::Impl {
     } catch (const std::exception& e) {
       spdlog::error("cannot start worker {}: {}", workers.size(), e.what());
       start_failed = true;
-      begin_stop(SIGKILL);
+      run_stop({{SIGKILL, std::chrono::milliseconds(0)}});
     }
     ::close(devnull);
     maybe_finish();
@@ -132,30 +138,7 @@ struct WorkerGroup::Impl {
     w->error_file = (dir / "error.json").string();
 
     int child_fds[3] = {stdin_fd, -1, -1};
-    int close_after[4] = {-1, -1, -1, -1};
-    const bool on_console = !plan.console_filter || plan.console_filter->count(lr);
-    for (int which : {1, 2}) {
-      Stream& s = which == 1 ? w->out : w->err;
-      bool to_file = has(plan.redirects.for_rank(lr), which) || has(plan.tee.for_rank(lr), which);
-      bool to_console = on_console && (!has(plan.redirects.for_rank(lr), which) || has(plan.tee.for_rank(lr), which));
-      if (!to_console) to_file = true;  // hidden from the console: kept in its file, never dropped
-      int file_fd = to_file ? open_log(dir / (which == 1 ? "stdout.log" : "stderr.log")) : -1;
-      wrote_files |= to_file;
-      if (!to_console) {
-        child_fds[which] = file_fd;  // the worker writes its file itself
-        close_after[which] = file_fd;
-        continue;
-      }
-      int p[2];
-      if (pipe2(p, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
-      child_fds[which] = p[1];
-      close_after[which] = p[1];
-      s.pipe.assign(p[0]);
-      s.open = true;
-      s.file_fd = file_fd;
-      s.console_fd = which;
-      s.prefixer = std::make_unique<LinePrefixer>(expand_prefix(plan.prefix_template, group.role, lr, w->rank));
-    }
+    for (int which : {1, 2}) child_fds[which] = connect_stream(*w, group, which, dir);
 
     WorkerSlot slot{lr, w->error_file, plan.cuda_visible_devices[lr]};
     SpawnSpec spec{plan.exec_path, substitute_local_rank(plan.argv, lr),
@@ -164,13 +147,33 @@ struct WorkerGroup::Impl {
     w->pid = spawn_worker(spec);
     w->running = true;
     guard.watch(w->pid);
-    for (int fd : close_after) {
-      if (fd >= 0) ::close(fd);
-    }
+    for (int which : {1, 2}) ::close(child_fds[which]);
     for (Stream* s : {&w->out, &w->err}) {
       if (s->open) read_more(*s);
     }
     return w;
+  }
+
+  /// Where worker `w`'s stream `which` (1: stdout, 2: stderr) goes: to the console through a pipe,
+  /// to its file, or both. Returns the fd the worker writes to, which dtlaunch closes once it started.
+  int connect_stream(Worker& w, const GroupEnv& group, int which, const std::filesystem::path& dir) {
+    const int lr = w.local_rank;
+    Stream& s = which == 1 ? w.out : w.err;
+    const bool on_console = !plan.console_filter || plan.console_filter->count(lr);
+    bool to_file = has(plan.redirects.for_rank(lr), which) || has(plan.tee.for_rank(lr), which);
+    bool to_console = on_console && (!has(plan.redirects.for_rank(lr), which) || has(plan.tee.for_rank(lr), which));
+    if (!to_console) to_file = true;  // hidden from the console: kept in its file, never dropped
+    int file_fd = to_file ? open_log(dir / (which == 1 ? "stdout.log" : "stderr.log")) : -1;
+    wrote_files |= to_file;
+    if (!to_console) return file_fd;  // the worker writes its file itself
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
+    s.pipe.assign(p[0]);
+    s.open = true;
+    s.file_fd = file_fd;
+    s.console_fd = which;
+    s.prefixer = std::make_unique<LinePrefixer>(expand_prefix(plan.prefix_template, group.role, lr, w.rank));
+    return p[1];
   }
 
   // ---- output ----
@@ -248,7 +251,7 @@ struct WorkerGroup::Impl {
       spdlog::warn("worker rank {} (local_rank {}, pid {}) failed with {}; stopping the other workers", f.rank,
                    f.local_rank, f.pid,
                    f.exitcode < 0 ? signal_name(-f.exitcode) : "exit code " + std::to_string(f.exitcode));
-      begin_stop(SIGTERM);
+      run_stop(stop_sequence(SIGTERM, plan.shutdown_timeout_s));
       if (callbacks.on_failure) callbacks.on_failure(failures);
     }
     maybe_finish();
@@ -262,17 +265,20 @@ struct WorkerGroup::Impl {
     }
   }
 
-  void begin_stop(int sig) {
+  /// The one place a stop sequence runs: each step signals the workers still running, and the next
+  /// follows after the step's wait unless the group finished first or another sequence took over.
+  void run_stop(std::vector<StopStep> steps, size_t step = 0) {
     if (phase == Phase::idle || phase == Phase::finishing) return;
+    if (step == 0) ++stop_generation;
     phase = Phase::stopping;
-    signal_workers(sig);
-    if (sig == SIGKILL) return;
-    kill_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(plan.shutdown_timeout_s)));
-    kill_timer.async_wait([this](const boost::system::error_code& ec) {
-      if (ec || phase != Phase::stopping) return;
-      spdlog::warn("workers still running {}s after the stop signal: sending SIGKILL", plan.shutdown_timeout_s);
-      signal_workers(SIGKILL);
+    signal_workers(steps[step].signal);
+    if (step + 1 == steps.size()) return;
+    stop_timer.expires_after(steps[step].wait);
+    stop_timer.async_wait([this, steps, step, generation = stop_generation](const boost::system::error_code& ec) {
+      if (ec || phase != Phase::stopping || generation != stop_generation) return;
+      spdlog::warn("workers still running {}s after the stop signal: sending {}",
+                   std::chrono::duration<double>(steps[step].wait).count(), signal_name(steps[step + 1].signal));
+      run_stop(steps, step + 1);
     });
   }
 
@@ -287,29 +293,30 @@ struct WorkerGroup::Impl {
     if (phase == Phase::running) phase = Phase::stopping;
     bool open = false;
     for (auto& w : workers) open |= w->out.open || w->err.open;
-    if (open) {
-      if (!drain_armed) {
-        drain_armed = true;
-        drain_timer.expires_after(kDrainTimeout);
-        drain_timer.async_wait([this](const boost::system::error_code& ec) {
-          if (ec || phase != Phase::stopping) return;
-          spdlog::warn("worker output still open {}s after the workers exited; closing it", kDrainTimeout.count());
-          for (auto& w : workers) {
-            for (Stream* s : {&w->out, &w->err}) {
-              if (s->open) close_stream(*s);
-            }
-          }
-          maybe_finish();
-        });
-      }
-      return;
-    }
+    if (open) return arm_drain();
     phase = Phase::finishing;
-    kill_timer.cancel();
+    stop_timer.cancel();
     drain_timer.cancel();
     for (auto& w : workers) guard.forget(w->pid);
     phase = Phase::idle;
     callbacks.on_finished(Result{failures, start_failed});
+  }
+
+  /// Output may trail the exits by a moment; after kDrainTimeout what is still open is closed.
+  void arm_drain() {
+    if (drain_armed) return;
+    drain_armed = true;
+    drain_timer.expires_after(kDrainTimeout);
+    drain_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || phase != Phase::stopping) return;
+      spdlog::warn("worker output still open {}s after the workers exited; closing it", kDrainTimeout.count());
+      for (auto& w : workers) {
+        for (Stream* s : {&w->out, &w->err}) {
+          if (s->open) close_stream(*s);
+        }
+      }
+      maybe_finish();
+    });
   }
 
   /// SIGKILLs what is left in the workers' process groups and every adopted orphan; true while
@@ -324,7 +331,6 @@ struct WorkerGroup::Impl {
     }
     return any;
   }
-
 };
 
 WorkerGroup::WorkerGroup(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
@@ -332,13 +338,8 @@ WorkerGroup::WorkerGroup(asio::io_context& io, Console& console, const LaunchPla
     : impl_(std::make_unique<Impl>(io, console, plan, logs, guard, std::move(callbacks))) {}
 WorkerGroup::~WorkerGroup() = default;
 void WorkerGroup::start(const GroupEnv& group) { impl_->start(group); }
-void WorkerGroup::stop(int sig) { impl_->begin_stop(sig); }
-void WorkerGroup::kill() {
-  if (impl_->phase == Impl::Phase::stopping || impl_->phase == Impl::Phase::running) {
-    impl_->phase = Impl::Phase::stopping;
-    impl_->signal_workers(SIGKILL);
-  }
-}
+void WorkerGroup::stop(int sig) { impl_->run_stop(stop_sequence(sig, impl_->plan.shutdown_timeout_s)); }
+void WorkerGroup::kill() { impl_->run_stop({{SIGKILL, std::chrono::milliseconds(0)}}); }
 void WorkerGroup::reap() { impl_->reap(); }
 bool WorkerGroup::active() const { return impl_->phase != Impl::Phase::idle; }
 bool WorkerGroup::wrote_log_files() const { return impl_->wrote_files; }

@@ -1,50 +1,35 @@
 // One attempt's workers on this node: started together, their output relayed line by line, their
-// exits collected through SIGCHLD, and stopped together (stop signal, then SIGKILL after the grace).
-// Whether to restart, and what to tell other nodes, is the caller's business.
+// exits collected through SIGCHLD, and stopped together by the stop sequence (group.h). Whether to
+// restart, and what to tell other nodes, is the caller's policy.
 #pragma once
 
-#include <functional>
 #include <memory>
-#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
 #include "launcher/console.h"
-#include "launcher/failure.h"
+#include "launcher/group.h"
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
 
 namespace dtl::launcher {
 
-class WorkerGroup {
+class WorkerGroup final : public Group {
  public:
-  struct Result {
-    std::vector<WorkerFailure> failures;  ///< workers that failed on their own; empty: success or stopped
-    bool start_failed = false;            ///< a worker could not be started (fork, pipe, files)
-  };
-  struct Callbacks {
-    /// The first failures, as soon as they are seen; the group is already stopping the others.
-    std::function<void(const std::vector<WorkerFailure>&)> on_failure;
-    /// Every worker and everything it left behind is gone, and its output drained.
-    std::function<void(const Result&)> on_finished;
-  };
-
   /// Worker output goes to `console` (and to files as the plan says).
   WorkerGroup(boost::asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
               OrphanGuard& guard, Callbacks callbacks);
-  ~WorkerGroup();
+  ~WorkerGroup() override;
 
-  /// Starts plan.nproc workers with this attempt's environment (group.restart_count names the attempt).
-  void start(const GroupEnv& group);
-  /// The stop sequence: `sig` to every worker's process group, SIGKILL after the shutdown timeout.
-  void stop(int sig);
-  /// SIGKILL to every worker now.
-  void kill();
+  /// Starts plan.nproc workers.
+  void start(const GroupEnv& env) override;
+  /// stop_sequence(sig, plan.shutdown_timeout_s), to every worker's process group.
+  void stop(int sig) override;
+  void kill() override;
+  bool active() const override;
   /// Collects exited children; call on every SIGCHLD.
   void reap();
-  /// Started and not yet finished.
-  bool active() const;
   /// Whether any worker output went to per-rank files (the log directory is worth keeping).
   bool wrote_log_files() const;
 

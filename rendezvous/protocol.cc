@@ -145,8 +145,7 @@ void write_failures(Writer& w, const std::vector<FailureReport>& failures, const
     std::vector<size_t> order(failures.size());
     std::iota(order.begin(), order.end(), size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      const auto &x = failures[a], &y = failures[b];
-      return x.observed_ns != y.observed_ns ? x.observed_ns < y.observed_ns : x.rank < y.rank;
+      return observed_before(failures[a], failures[b]);
     });
     std::vector<bool> keep(failures.size());
     size_t used = 0;

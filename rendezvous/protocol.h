@@ -11,6 +11,8 @@
 #include <variant>
 #include <vector>
 
+#include "base/failure.h"
+
 namespace dtl::rendezvous {
 
 inline constexpr uint8_t kProtocolVersion = 1;
@@ -66,13 +68,7 @@ struct Round {  ///< server -> client: a round completed
 struct Heartbeat {
   bool operator==(const Heartbeat&) const = default;
 };
-struct FailureReport {
-  int32_t rank = 0, local_rank = 0, pid = 0, exitcode = 1;
-  int64_t observed_ns = 0;  ///< orders root causes across nodes
-  int64_t timestamp_s = 0;
-  std::string host, error_file, message;
-  bool operator==(const FailureReport&) const = default;
-};
+using FailureReport = Failure;  ///< on the wire: base/failure.h
 struct Failed {  ///< client -> server: local workers failed
   std::vector<FailureReport> failures;
   bool operator==(const Failed&) const = default;

@@ -77,14 +77,6 @@ std::optional<std::string> check_join(const RoundConfig& config, const std::map<
   return std::nullopt;
 }
 
-int32_t exit_code_for(const std::vector<FailureReport>& failures) {
-  if (failures.empty()) return 1;
-  auto root = std::min_element(failures.begin(), failures.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.observed_ns, a.rank) < std::tie(b.observed_ns, b.rank);
-  });
-  return root->exitcode < 0 ? 128 - root->exitcode : root->exitcode;
-}
-
 RoundState::RoundState(RoundConfig config, Clock::time_point now) : config_(config), gathering_since_(now) {}
 
 std::string RoundState::describe(NodeId id) const {

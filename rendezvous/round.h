@@ -110,7 +110,4 @@ class RoundState {
   std::optional<Clock::time_point> last_call_;
 };
 
-/// dtlaunch's exit code for the root cause among failures from all nodes (earliest observed).
-int32_t exit_code_for(const std::vector<FailureReport>& failures);
-
 }  // namespace dtl::rendezvous

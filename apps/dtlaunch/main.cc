@@ -1,7 +1,6 @@
 // dtlaunch: torchrun's command line, an event-driven supervisor underneath. This file only wires
 // the libraries together: parse, look at the machine, plan, supervise.
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -15,6 +14,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "base/posix.h"
 #include "commands/commands.h"
 #include "config/command_line.h"
 #include "launcher/console.h"
@@ -23,18 +23,12 @@
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
+#include "launcher/posix_io.h"
 #include "launcher/rdzv_options.h"
 #include "launcher/supervisor.h"
 #include "rendezvous/ports.h"
 
 namespace {
-
-int cpu_count() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
 
 /// dtlaunch's messages: "dtlaunch: warning: ..." on stderr, through `sink` when given.
 void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
@@ -88,7 +82,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   try {
     launcher::HostFacts host{options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
-                             cpu_count(), env,
+                             posix::cpu_count(), env,
                              [&](const std::string& addr, int port) {
                                return rendezvous::reserve_check(addr, port, {launcher::called(options, "master_addr"),
                                                                              launcher::called(options, "master_port")});
@@ -124,17 +118,10 @@ int main(int argc, char** argv) {
     // Should dtlaunch be SIGKILLed, the guard removes what only this run could have used.
     if (logs.temporary() && !plan.writes_log_files()) guard.remove_on_death(logs.root());
     boost::asio::io_context io;
-    int code = 0;
-    bool wrote_files = false;
-    if (agent_options) {
-      launcher::ElasticAgent agent(io, console, plan, logs, guard, *agent_options);
-      code = agent.run();
-      wrote_files = agent.wrote_log_files();
-    } else {
-      launcher::Supervisor supervisor(io, console, plan, logs, guard);
-      code = supervisor.run();
-      wrote_files = supervisor.wrote_log_files();
-    }
+    auto runner = agent_options ? launcher::make_elastic_agent(io, console, plan, logs, guard, *agent_options)
+                                : launcher::make_supervisor(io, console, plan, logs, guard, launcher::host_name());
+    const int code = runner->run();
+    const bool wrote_files = runner->wrote_log_files();
     const bool keep = !plan.log_dir.empty() || wrote_files;
     if (keep && logs.temporary()) spdlog::info("per-rank logs are in {}", logs.path().string());
     if (keep) guard.remove_on_death("");

@@ -6,6 +6,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -14,6 +15,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 DTLAUNCH = os.environ.get("DTLAUNCH", os.path.join(HERE, "../../build/apps/dtlaunch/dtlaunch"))
 WORKER = os.environ.get("TEST_WORKER", os.path.join(HERE, "../../build/tests/test_worker"))
+FAKE_NVML = os.environ.get("FAKE_NVML", os.path.join(HERE, "../../build/tests/fake_nvml/libnvidia-ml.so.1"))
 
 
 def tagged_pids(tag):
@@ -167,5 +169,25 @@ class LaunchTest(unittest.TestCase):
                          f"exit code {result.returncode}, expected {code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
 
 
+# The exit code of a file whose every test skipped: ctest's SKIP_RETURN_CODE (tests/CMakeLists.txt)
+# reports it as Skipped, not as a pass.
+SKIPPED = 77
+
+
 def main():
-    unittest.main(verbosity=2)
+    """Runs the file's tests. Exit 1 when one failed; else 77 when none ran (all skipped: no root,
+    no torch, no dtl-train), else 0, after naming any that skipped."""
+    result = unittest.main(verbosity=2, exit=False).result
+    if not result.wasSuccessful():
+        sys.exit(1)
+    # A class whose setUpClass skips is one entry that no test of it ran under.
+    skipped_tests = sum(1 for test, _ in result.skipped if isinstance(test, unittest.TestCase))
+    ran = result.testsRun - skipped_tests
+    for test, reason in result.skipped:
+        print(f"SKIPPED {test.id() if isinstance(test, unittest.TestCase) else test}: {reason}", file=sys.stderr)
+    if result.skipped and ran == 0:
+        print(f"every test of this file skipped: exit {SKIPPED} (ctest: Skipped)", file=sys.stderr)
+        sys.exit(SKIPPED)
+    if result.skipped:
+        print(f"{ran} test(s) ran, {len(result.skipped)} skipped (above)", file=sys.stderr)
+    sys.exit(0)

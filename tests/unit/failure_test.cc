@@ -24,13 +24,13 @@ TEST_CASE("a signal death is reported as torchrun does, with the signal's name")
   CHECK(f.exitcode == -11);
   CHECK(f.message == "Signal 11 (SIGSEGV) received by PID 4242");
   CHECK(f.error_file == "<N/A>");
-  CHECK(exit_code_for(f) == 139);
+  CHECK(dtl::exit_code_for({f}) == 139);
 }
 
 TEST_CASE("an exit code without error file gets torchrun's hint") {
   auto f = describe_failure(0, 0, 7, exited(3), at(0), "/nonexistent");
   CHECK(f.exitcode == 3);
-  CHECK(exit_code_for(f) == 3);
+  CHECK(dtl::exit_code_for({f}) == 3);
   CHECK(f.message == "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html");
 }
 
@@ -41,11 +41,11 @@ TEST_CASE("the error file's callstack and timestamp are used") {
   auto f = describe_failure(0, 0, 7, exited(1), at(5), path.string());
   CHECK(f.error_file == path.string());
   CHECK(f.message == "Traceback:\n  line 1\nValueError: bad");
-  CHECK(f.timestamp == 1700000000);
+  CHECK(f.timestamp_s == 1700000000);
   std::ofstream(path) << R"({"message": "plain text", "timestamp": 1600000000})";
   f = describe_failure(0, 0, 7, exited(1), at(5), path.string());
   CHECK(f.message == "plain text");
-  CHECK(f.timestamp == 1600000000);
+  CHECK(f.timestamp_s == 1600000000);
   std::ofstream(path) << "{not json";
   f = describe_failure(0, 0, 7, exited(1), at(5), path.string());
   CHECK_THAT(f.message, Catch::StartsWith("unreadable error file"));
@@ -53,10 +53,10 @@ TEST_CASE("the error file's callstack and timestamp are used") {
 }
 
 TEST_CASE("the root cause is the first failure observed, the lowest rank on a tie") {
-  std::vector<WorkerFailure> fs{describe_failure(0, 0, 1, exited(1), at(30), ""),
-                                describe_failure(1, 1, 2, exited(2), at(10), ""),
-                                describe_failure(2, 2, 3, exited(3), at(10), "")};
-  CHECK(root_cause(fs).rank == 1);
+  std::vector<dtl::Failure> fs{describe_failure(0, 0, 1, exited(1), at(30), ""),
+                               describe_failure(1, 1, 2, exited(2), at(10), ""),
+                               describe_failure(2, 2, 3, exited(3), at(10), "")};
+  CHECK(dtl::root_cause(fs).rank == 1);
 }
 
 TEST_CASE("the summary has torchrun's layout, byte for byte") {
@@ -83,8 +83,8 @@ TEST_CASE("the summary has torchrun's layout, byte for byte") {
 }
 
 TEST_CASE("other failures are listed by rank and the width follows the title when short") {
-  std::vector<WorkerFailure> fs{describe_failure(2, 2, 12, killed_by(SIGKILL), at(20), ""),
-                                describe_failure(0, 0, 10, exited(1), at(10), "")};
+  std::vector<dtl::Failure> fs{describe_failure(2, 2, 12, killed_by(SIGKILL), at(20), ""),
+                               describe_failure(0, 0, 10, exited(1), at(10), "")};
   fs[0].message = "m";
   fs[1].message = "root";
   setenv("TZ", "UTC", 1);

@@ -23,11 +23,9 @@ std::string refused(const GpuSelection& s) {
 }  // namespace
 
 TEST_CASE("nvidia-smi -L lines are parsed") {
-  auto gpus = parse_nvidia_smi_list(
-      "GPU 0: NVIDIA H200 (UUID: GPU-5f3c1b2a-1111-2222-3333-444455556666)\n"
-      "GPU 1: NVIDIA H200 (UUID: GPU-6f3c1b2a-1111-2222-3333-444455556666)\n"
-      "  MIG 1g.18gb     Device  0: (UUID: MIG-abc)\n"
-      "No devices were found\n");
+  auto gpus = parse_nvidia_smi_list({"GPU 0: NVIDIA H200 (UUID: GPU-5f3c1b2a-1111-2222-3333-444455556666)",
+                                     "GPU 1: NVIDIA H200 (UUID: GPU-6f3c1b2a-1111-2222-3333-444455556666)",
+                                     "  MIG 1g.18gb     Device  0: (UUID: MIG-abc)", "No devices were found"});
   REQUIRE(gpus.size() == 2);
   CHECK(gpus[1].index == 1);
   CHECK(gpus[1].name == "NVIDIA H200");

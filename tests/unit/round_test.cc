@@ -237,6 +237,6 @@ TEST_CASE("a node joining a running elastic job below MAX restarts it bigger, sp
 }
 
 TEST_CASE("the root cause is the earliest failure across nodes") {
-  CHECK(exit_code_for({failure(0, 3, 50), failure(5, -11, 20)}) == 139);
-  CHECK(exit_code_for({}) == 1);
+  CHECK(dtl::exit_code_for({failure(0, 3, 50), failure(5, -11, 20)}) == 139);
+  CHECK(dtl::exit_code_for({}) == 1);
 }

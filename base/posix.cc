@@ -1,0 +1,160 @@
+#include "base/posix.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+extern char** environ;
+
+namespace dtl::posix {
+namespace {
+
+/// Splits what a program printed into lines; a last line without '\n' counts too.
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    lines.push_back(text.substr(start, nl - start));
+    start = nl + 1;
+  }
+  return lines;
+}
+
+/// Starts argv with stdout on `out_fd`, stdin and stderr on /dev/null, default signal handling.
+pid_t spawn_with_stdout(const std::vector<std::string>& argv, int out_fd) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, pipe_signal;
+  sigemptyset(&none);
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);  // dtlaunch ignores it; the program should not inherit that
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &pipe_signal);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  if (posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ) != 0) pid = -1;
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+}  // namespace
+
+long read_some(int fd, void* buf, size_t size) {
+  return retry_eintr([&] { return ::read(fd, buf, size); });
+}
+
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, -1);
+    } else if (n < 0 && errno != EINTR) {
+      return false;
+    }
+  }
+  return true;
+}
+
+ReadAll read_all(int fd, size_t limit) {
+  ReadAll out;
+  char buf[8192];
+  while (true) {
+    long n = read_some(fd, buf, sizeof buf);
+    if (n < 0) {
+      out.error = errno;
+      break;
+    }
+    if (n == 0) break;
+    const size_t room = limit - out.text.size();
+    out.text.append(buf, std::min(room, static_cast<size_t>(n)));
+    if (static_cast<size_t>(n) > room) {
+      out.too_large = true;
+      break;
+    }
+  }
+  return out;
+}
+
+ProgramOutput run_program(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+  ProgramOutput result;
+  int fds[2];
+  if (argv.empty() || pipe2(fds, O_CLOEXEC) != 0) return result;
+  const pid_t pid = spawn_with_stdout(argv, fds[1]);
+  ::close(fds[1]);
+  if (pid < 0) {
+    ::close(fds[0]);
+    return result;
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
+  std::string text;
+  bool in_time = true;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd p{fds[0], POLLIN, 0};
+    if (left.count() <= 0 || retry_eintr([&] { return ::poll(&p, 1, static_cast<int>(left.count())); }) == 0) {
+      in_time = false;
+      break;
+    }
+    char buf[4096];
+    long n = read_some(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  if (!in_time) ::kill(pid, SIGKILL);
+  int status = 0;
+  if (retry_eintr([&] { return ::waitpid(pid, &status, 0); }) == pid && in_time && WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+  }
+  result.lines = split_lines(text);
+  return result;
+}
+
+Library::Library(const char* name) : handle_(dlopen(name, RTLD_NOW | RTLD_LOCAL)) {}
+
+Library::~Library() {
+  if (handle_) dlclose(handle_);
+}
+
+void* Library::find(const char* name) const { return handle_ ? dlsym(handle_, name) : nullptr; }
+
+int cpu_count() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return online_cpu_count();
+}
+
+int online_cpu_count() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+std::string host_name() {
+  char name[256] = "localhost";
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+}  // namespace dtl::posix

@@ -1,0 +1,79 @@
+// The small POSIX needs of every layer, each written once: whole writes and reads that survive
+// signals, a program's output lines, a library loaded at run time, and facts about this machine.
+#pragma once
+
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtl::posix {
+
+/// Calls `call` again while it fails with EINTR (a signal arrived); its last result.
+template <class Call>
+auto retry_eintr(Call call) {
+  decltype(call()) r;
+  do {
+    r = call();
+  } while (r < 0 && errno == EINTR);
+  return r;
+}
+
+/// read(2) that a signal does not interrupt: bytes read, 0 at the end, -1 with errno set.
+long read_some(int fd, void* buf, size_t size);
+
+/// Writes all of `data`, waiting when `fd` is non-blocking. False (errno set) once it cannot, e.g.
+/// the reader is gone.
+bool write_all(int fd, std::string_view data);
+
+/// What reading a whole descriptor gave.
+struct ReadAll {
+  std::string text;        ///< at most `limit` bytes
+  int error = 0;           ///< errno of the read that failed, 0 when it reached the end
+  bool too_large = false;  ///< the descriptor held more than `limit` bytes; reading stopped there
+};
+/// Reads `fd` to its end, or until more than `limit` bytes came.
+ReadAll read_all(int fd, size_t limit = std::numeric_limits<size_t>::max());
+
+/// What a program printed on its standard output, and how it ended.
+struct ProgramOutput {
+  std::vector<std::string> lines;  ///< stdout split at '\n', a last unterminated line included
+  std::optional<int> exit_code;    ///< none: it could not start, died of a signal or ran out of time
+};
+/// Runs argv[0] (searched in PATH) with stdin and stderr on /dev/null; killed after `timeout`.
+ProgramOutput run_program(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+
+/// A shared library loaded at run time, so that the binary runs where it is missing; closed when
+/// this goes. Empty when it could not be loaded.
+class Library {
+ public:
+  explicit Library(const char* name);
+  ~Library();
+  Library(const Library&) = delete;
+  Library& operator=(const Library&) = delete;
+  explicit operator bool() const { return handle_ != nullptr; }
+  /// The function `name` of type `Fn`, or nullptr when the library (or the symbol) is missing.
+  template <class Fn>
+  Fn* function(const char* name) const {
+    return reinterpret_cast<Fn*>(find(name));
+  }
+
+ private:
+  void* find(const char* name) const;
+  void* handle_ = nullptr;
+};
+
+/// The CPUs this process may run on (its affinity mask), else those online; at least 1.
+int cpu_count();
+
+/// The CPUs online on this machine, whatever the affinity mask.
+int online_cpu_count();
+
+/// The name this machine goes by, as failure summaries and the rendezvous show it.
+std::string host_name();
+
+}  // namespace dtl::posix

@@ -1,0 +1,40 @@
+// The single-node policy over a Group, apart from the event loop so tests drive it with a fake:
+// restart while restarts are left, forward a signal as the stop sequence, SIGKILL on a second one,
+// and say how dtlaunch ends.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "launcher/group.h"
+
+namespace dtl::launcher {
+
+class SupervisorPolicy {
+ public:
+  /// How the run ended: dtlaunch's exit code, and the failure summary for stderr (empty: none).
+  struct Ending {
+    int exit_code = 0;
+    std::string summary;
+  };
+
+  /// `env` is every attempt's environment but restart_count; `title` and `host` name the program
+  /// and this node in the summary.
+  SupervisorPolicy(Group& group, GroupEnv env, std::string title, std::string host);
+
+  /// Starts the first attempt.
+  void start();
+  /// dtlaunch received `sig` (one of --signals_to_handle).
+  void on_signal(int sig);
+  /// The group finished: restarts it, or returns how the run ends: 0, the root cause's code
+  /// (base/failure.h), 1 when a worker could not be started, 128+N after signal N.
+  std::optional<Ending> on_finished(const Group::Result& result);
+
+ private:
+  Group& group_;
+  GroupEnv env_;
+  std::string title_, host_;
+  int stop_signal_ = 0;  ///< a signal dtlaunch received and forwarded
+};
+
+}  // namespace dtl::launcher
