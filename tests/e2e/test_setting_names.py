@@ -1,15 +1,8 @@
 """An address that does not resolve is named as it was given (--local_addr, PET_LOCAL_ADDR,
 --master_addr, PET_MASTER_ADDR), never as another flag: rendezvous/ names no flag, its callers do.
 (The token warning's sources: test_setting_sources.py.)"""
-import socket
 
-from common import LaunchTest, main
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from common import LaunchTest, free_port, main
 
 
 class SettingNames(LaunchTest):
