@@ -61,16 +61,16 @@ std::variant<RdzvOptions, Error> rdzv_options(const config::LaunchOptions& o, co
 
 std::variant<std::pair<std::string, int>, Error> rdzv_endpoint(const config::LaunchOptions& o) {
   const bool is_static = o.rdzv_backend == "static";
-  std::string endpoint = o.rdzv_endpoint, from = "rdzv_endpoint";
+  std::string endpoint = o.rdzv_endpoint, from = called(o, "rdzv_endpoint");
   if (endpoint.empty()) {
     if (!is_static) return Error{"--rdzv_backend=c10d needs --rdzv_endpoint host[:port]", 2};
     endpoint = o.master_addr + ":" + std::to_string(o.master_port);
-    from = "master_addr";
+    from = called(o, "master_addr") + " and " + called(o, "master_port");
   }
   try {
     return rdzv::parse_endpoint(endpoint, is_static ? o.master_port : 29400);
   } catch (const std::invalid_argument& e) {
-    return Error{called(o, from) + ": " + e.what(), 2};
+    return Error{from + ": " + e.what(), 2};
   }
 }
 

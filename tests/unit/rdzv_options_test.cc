@@ -130,4 +130,6 @@ TEST_CASE("bad endpoints name the setting that gave them") {
         "--rdzv_backend=c10d needs --rdzv_endpoint host[:port]");
   CHECK(agent_error(parsed({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=host:99999"})) ==
         "--rdzv_endpoint: port '99999' is not in 1..65535");
+  CHECK(agent_error(parsed({"--nnodes=2", "--master_port=0"})) ==
+        "--master_addr and --master_port: port '0' is not in 1..65535");
 }
