@@ -1,5 +1,6 @@
-// `dtlaunch config ...` and `dtlaunch env`: the subcommands, chosen by the first argument. They
-// sit above config/ and launcher/ (GPU discovery), so main only dispatches.
+// `dtlaunch config ...`, `dtlaunch env` and `dtlaunch rdzv-server`: the subcommands, chosen by the
+// first argument. They sit above config/ and launcher/ (GPU discovery, rendezvous options), so main
+// only dispatches.
 #pragma once
 
 #include <optional>
@@ -18,5 +19,9 @@ int run_config(const std::vector<std::string>& args, const config::EnvLookup& en
 
 /// `dtlaunch env [flags]`: versions, machine, GPUs and the settings in effect, for a bug report.
 int run_env(const std::vector<std::string>& args, const config::EnvLookup& env);
+
+/// `dtlaunch rdzv-server [flags]`: the rendezvous on its own; runs until the job is over and returns
+/// the job's exit code (2 for bad arguments).
+int run_rdzv_server(const std::vector<std::string>& args, const config::EnvLookup& env);
 
 }  // namespace dtl::commands

@@ -230,12 +230,4 @@ int run_config(const std::vector<std::string>& args, const config::EnvLookup& en
   return run_wizard_command(a, env, path);
 }
 
-std::optional<int> run_subcommand(const std::vector<std::string>& args, const config::EnvLookup& env) {
-  if (args.empty()) return std::nullopt;
-  std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (args[0] == "config") return run_config(rest, env);
-  if (args[0] == "env") return run_env(rest, env);
-  return std::nullopt;
-}
-
 }  // namespace dtl::commands

@@ -31,11 +31,6 @@ struct AgentOptions {
   std::chrono::seconds exit_barrier_timeout{300};   ///< how long a finished node waits for the others
 };
 
-/// From the options to the agent's settings: endpoint, whether to host, timings, this node's join.
-/// `token` is the resolved shared secret (may be empty). Returns one error line on bad input.
-std::variant<AgentOptions, std::string> make_agent_options(const config::LaunchOptions& options,
-                                                           const LaunchPlan& plan, const std::string& token);
-
 /// Runs until the server ends the job, the rendezvous fails, or a signal stops this node; its
 /// lifecycle is AgentState's (launcher/agent_state.h).
 std::unique_ptr<Runner> make_elastic_agent(boost::asio::io_context& io, Console& console, const LaunchPlan& plan,

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "base/posix.h"
+
 namespace dtl::rendezvous {
 
 namespace {
@@ -66,57 +68,53 @@ bool proof_matches(const Bytes& expected, const Bytes& got) {
   return CRYPTO_memcmp(expected.data(), got.data(), expected.size()) == 0;
 }
 
-std::variant<Token, TokenError> read_token(const std::optional<std::string>& flag,
-                                           const std::optional<std::string>& env,
-                                           const std::optional<std::string>& file) {
-  if (flag) {
-    if (flag->empty()) return TokenError{"--rdzv_token is empty"};
-    return Token{*flag, "--rdzv_token",
-                 "--rdzv_token on the command line is visible to every user of this machine (ps); "
-                 "prefer --rdzv_token_file or DTLAUNCH_RDZV_TOKEN"};
-  }
-  if (env) {
-    if (env->empty()) return TokenError{"DTLAUNCH_RDZV_TOKEN is set but empty"};
-    return Token{*env, "DTLAUNCH_RDZV_TOKEN", ""};
-  }
-  if (!file) return Token{};
+namespace {
 
-  const std::string& path = *file;
+/// The token in a file (trailing newlines stripped), with a warning when others may read it.
+std::variant<Token, TokenError> read_token_file(const Given& file) {
+  const std::string& path = file.value;
   auto failure = [&](int err) { return TokenError{"cannot read token file " + path + ": " + std::strerror(err)}; };
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return failure(errno);
   struct stat st {};
+  posix::ReadAll read;
   if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return failure(err);
-  }
-  std::string value;
-  char buf[1024];
-  while (value.size() <= kMaxTokenFile) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return failure(err);
-    }
-    if (n == 0) break;
-    value.append(buf, static_cast<size_t>(n));
+    read.error = errno;
+  } else {
+    read = posix::read_all(fd, kMaxTokenFile);
   }
   ::close(fd);
-  if (value.size() > kMaxTokenFile) {
+  if (read.error) return failure(read.error);
+  if (read.too_large) {
     return TokenError{"token file " + path + " is larger than " + std::to_string(kMaxTokenFile) + " bytes"};
   }
+  std::string& value = read.text;
   while (!value.empty() && (value.back() == '\n' || value.back() == '\r')) value.pop_back();
   if (value.empty()) return TokenError{"token file " + path + " is empty"};
 
-  Token token{value, "--rdzv_token_file " + path, ""};
+  Token token{value, file.called + " " + path, ""};
   if (st.st_mode & (S_IRGRP | S_IROTH)) {
     token.warning = "token file " + path + " is readable by group or others (mode " + octal_mode(st.st_mode) +
                     "); chmod 600 it";
   }
   return token;
+}
+
+}  // namespace
+
+std::variant<Token, TokenError> read_token(const TokenSources& sources) {
+  if (const auto& given = sources.token) {
+    if (given->value.empty()) {
+      return TokenError{given->called + (given->on_command_line ? " is empty" : " is set but empty")};
+    }
+    Token token{given->value, given->called, ""};
+    if (given->on_command_line) {
+      token.warning = given->called + " on the command line is visible to every user of this machine (ps)" +
+                      (sources.safer.empty() ? "" : "; prefer " + sources.safer);
+    }
+    return token;
+  }
+  return sources.file ? read_token_file(*sources.file) : Token{};
 }
 
 }  // namespace dtl::rendezvous

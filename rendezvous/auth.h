@@ -25,20 +25,34 @@ Bytes proof(const std::string& token, const char* label, const std::string& run_
 /// without a token must skip the check rather than call this (fail closed).
 bool proof_matches(const Bytes& expected, const Bytes& got);
 
+/// A setting as the caller got it, and what the caller calls it: rendezvous/ names no flag, so
+/// its messages use `called` ("--rdzv_token", "PET_RDZV_TOKEN", "cfg.yaml:3:1: rdzv_token").
+struct Given {
+  std::string value;
+  std::string called;
+  bool on_command_line = false;  ///< typed as a flag: visible to every user of this machine (ps)
+};
+
 /// The token in use and where it came from, for the log line that says so.
 struct Token {
   std::string value;    ///< empty: no token, the rendezvous is unauthenticated
-  std::string source;   ///< "--rdzv_token", "DTLAUNCH_RDZV_TOKEN", "--rdzv_token_file <path>"; empty if none
+  std::string source;   ///< what the token was called, or the file's name and path; empty if none
   std::string warning;  ///< one line when the token is exposed (on the command line, a file others read)
 };
 struct TokenError {
   std::string what;  ///< one line, for the user
 };
 
-/// The token: --rdzv_token value, else DTLAUNCH_RDZV_TOKEN, else the token file's contents (trailing
-/// newlines stripped). A source that is given but empty is an error, not a silent "no token".
-std::variant<Token, TokenError> read_token(const std::optional<std::string>& flag,
-                                           const std::optional<std::string>& env,
-                                           const std::optional<std::string>& file);
+/// Where a token can come from. `safer` names the ways to give it unseen, for the warning about a
+/// token on the command line ("--rdzv_token_file or DTLAUNCH_RDZV_TOKEN").
+struct TokenSources {
+  std::optional<Given> token;  ///< the token itself, when given
+  std::optional<Given> file;   ///< a file that holds it, when given (its value is the path)
+  std::string safer;
+};
+
+/// The token itself, else the file's contents (trailing newlines stripped). A source that is given
+/// but empty is an error, not a silent "no token"; only a token on the command line is warned about.
+std::variant<Token, TokenError> read_token(const TokenSources& sources);
 
 }  // namespace dtl::rendezvous

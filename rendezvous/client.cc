@@ -30,9 +30,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::deque<Bytes> out;
   bool writing = false;
   bool connected = false;
-  bool joined = false;
+  ClientHandshake shake;
   bool over = false;  ///< Exit, refusal or error: nothing more is expected
-  Nonce nonce{};
   Clock::time_point deadline, last_heard, last_sent;
   std::string last_connect_error;
 
@@ -73,8 +72,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     sock.set_option(tcp::no_delay(true), ignored);
     connected = true;
     last_heard = last_sent = Clock::now();
-    nonce = random_nonce();
-    send(Hello{opts.run_id, nonce});
+    carry_out(client_start(opts.credentials, random_nonce()));
     read();
     heartbeat();
   }
@@ -99,21 +97,19 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     });
   }
 
+  /// What the handshake decided: its messages go out, its verdict ends the connection.
+  void carry_out(const ClientStep& step) {
+    const bool joining = step.next.phase != shake.phase;
+    shake = step.next;
+    if (step.refused) return fail(*step.refused, true);
+    if (step.failed) return fail(*step.failed, false);
+    for (const auto& m : step.send) send(m);
+    if (joining && shake.phase == ClientHandshake::Phase::joined) heartbeat();  // heartbeats start now
+  }
+
   void handle(const Message& m) {
-    if (auto* c = std::get_if<Challenge>(&m)) {
-      if (!opts.token.empty()) {
-        if (c->proof.empty()) return fail("the rendezvous server has no token but this node has one", true);
-        if (!proof_matches(proof(opts.token, "server", opts.run_id, nonce, c->nonce), c->proof)) {
-          return fail("the rendezvous server failed authentication: its --rdzv_token differs", true);
-        }
-      }
-      Join join = opts.join;
-      join.proof = proof(opts.token, "client", opts.run_id, c->nonce, nonce);
-      joined = true;
-      send(join);
-      return heartbeat();  // heartbeats start now
-    }
-    if (auto* r = std::get_if<Refused>(&m)) return fail(r->reason, true);
+    ClientStep step = client_step(opts.credentials, shake, m, opts.join);
+    if (!step.forward) return carry_out(step);
     if (auto* r = std::get_if<Round>(&m)) return cb.on_round(*r);
     if (auto* s = std::get_if<Stop>(&m)) return cb.on_stop(*s);
     if (auto* e = std::get_if<Exit>(&m)) {
@@ -121,8 +117,6 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       cancel();
       return cb.on_exit(*e);
     }
-    if (std::holds_alternative<Heartbeat>(m)) return;
-    fail(std::string("unexpected ") + message_name(m) + " from the rendezvous server", false);
   }
 
   void send(const Message& m) {
@@ -151,21 +145,22 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     // Wake when the next heartbeat is due, or just past the silence limit if that comes first: a
     // fixed tick would notice a lost server up to one interval late. No heartbeat before the Join:
     // a server still answering the Hello expects the Join next, and drops a peer that sends else.
-    const auto limit = opts.heartbeat_interval * opts.heartbeat_misses;
-    Clock::time_point wake = last_heard + limit + std::chrono::milliseconds(1);
-    if (joined) wake = std::min(wake, last_sent + opts.heartbeat_interval);
+    const bool joined = shake.phase == ClientHandshake::Phase::joined;
+    Clock::time_point wake = last_heard + opts.liveness.silence_limit() + std::chrono::milliseconds(1);
+    if (joined) wake = std::min(wake, last_sent + opts.liveness.interval);
     heartbeat_timer.expires_at(wake);
     heartbeat_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec || self->over) return;
       auto now = Clock::now();
       auto silent = now - self->last_heard;
-      if (silent > self->opts.heartbeat_interval * self->opts.heartbeat_misses) {
+      if (silent > self->opts.liveness.silence_limit()) {
         return self->fail("lost the rendezvous server: silent for " +
                               std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
                               " ms",
                           false);
       }
-      if (self->joined && now - self->last_sent >= self->opts.heartbeat_interval) self->send(Heartbeat{});
+      const bool joined = self->shake.phase == ClientHandshake::Phase::joined;
+      if (joined && now - self->last_sent >= self->opts.liveness.interval) self->send(Heartbeat{});
       self->heartbeat();
     });
   }

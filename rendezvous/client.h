@@ -9,20 +9,18 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "rendezvous/protocol.h"
+#include "rendezvous/handshake.h"
 
 namespace dtl::rendezvous {
 
 struct ClientOptions {
   std::string host;
   int port = 29400;
-  std::string run_id = "none";
-  std::string token;
+  Credentials credentials;
   Join join;  ///< proof is filled in by the client
   std::chrono::milliseconds connect_timeout{600000};  ///< keep retrying a refused connection until then
   std::chrono::milliseconds retry_interval{100};
-  std::chrono::milliseconds heartbeat_interval{500};
-  int heartbeat_misses = 3;
+  Liveness liveness;
 };
 
 class Client {

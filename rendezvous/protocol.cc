@@ -21,6 +21,7 @@ constexpr size_t kHeader = 4;            // big-endian body length
 constexpr size_t kBodyPrefix = 2;        // version, type
 constexpr size_t kFailureFixed = 44;     // 4 i32 + 2 i64 + 3 string lengths
 constexpr size_t kKeepCapacity = 4096;   // a decoder keeps this much between frames, frees the rest
+constexpr size_t kWholeText = kMaxFrameBody - kBodyPrefix - 4;  // a Refused's or Stop's reason
 
 bool continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
@@ -87,9 +88,36 @@ class Writer {
     raw(reinterpret_cast<const uint8_t*>(cut.data()), cut.size());
   }
 
+  // Named as the Reader's are, so that one field list (fields, report_fields) serves both.
+  void u32(const char*, uint32_t v) { u32(v); }
+  void i32(const char*, int32_t v) { i32(v); }
+  void u64(const char*, uint64_t v) { u64(v); }
+  void i64(const char*, int64_t v) { i64(v); }
+  void nonce(const char*, const Nonce& n) { nonce(n); }
+  void proof(const char*, const Bytes& b) { bytes(b, kMaxProof); }
+  void name(const char*, const std::string& s) { str(s, kMaxName); }
+  void str(const char*, const std::string& s, size_t cap) { str(s, cap); }
+  void text(const char*, const std::string& s) { str(s, kWholeText); }
+  /// Failures, after Exit's reason when there is one: see write_failures.
+  void failures(const std::vector<FailureReport>& failures, const std::string* reason, size_t fixed);
+
  private:
   Bytes& out_;
 };
+
+// One failure report's fields, in wire order, for both directions (`io` a Writer or a Reader).
+template <class IO, class Report>
+void report_fields(IO& io, Report& f, size_t message_cap) {
+  io.i32("rank", f.rank);
+  io.i32("local_rank", f.local_rank);
+  io.i32("pid", f.pid);
+  io.i32("exitcode", f.exitcode);
+  io.i64("observed_ns", f.observed_ns);
+  io.i64("timestamp_s", f.timestamp_s);
+  io.str("host", f.host, kMaxName);
+  io.str("error_file", f.error_file, kMaxName);
+  io.str("message", f.message, message_cap);
+}
 
 constexpr size_t kTextKept = 512;        // of each failure's message, before more failures are kept
 
@@ -140,62 +168,56 @@ void write_failures(Writer& w, const std::vector<FailureReport>& failures, const
   size_t next = 0;
   if (reason) w.str(*reason, caps[next++]);
   w.u32(static_cast<uint32_t>(kept.size()));
-  for (const auto* f : kept) {
-    w.i32(f->rank);
-    w.i32(f->local_rank);
-    w.i32(f->pid);
-    w.i32(f->exitcode);
-    w.i64(f->observed_ns);
-    w.i64(f->timestamp_s);
-    w.str(f->host, kMaxName);
-    w.str(f->error_file, kMaxName);
-    w.str(f->message, caps[next++]);
+  for (const auto* f : kept) report_fields(w, *f, caps[next++]);
+}
+
+void Writer::failures(const std::vector<FailureReport>& failures, const std::string* reason, size_t fixed) {
+  write_failures(*this, failures, reason, fixed);
+}
+
+// Each message's fields, in wire order, once for both directions: `io` is a Writer (the message
+// const) or a Reader (the message filled in). Heartbeat, Stopped and Done have none.
+template <class IO, class M>
+void fields(IO& io, M& v) {
+  using T = std::remove_const_t<M>;
+  if constexpr (std::is_same_v<T, Hello>) {
+    io.name("run_id", v.run_id);
+    io.nonce("nonce", v.nonce);
+  } else if constexpr (std::is_same_v<T, Challenge>) {
+    io.nonce("nonce", v.nonce);
+    io.proof("proof", v.proof);
+  } else if constexpr (std::is_same_v<T, Join>) {
+    io.proof("proof", v.proof);
+    io.name("host", v.host);
+    io.name("addr", v.addr);
+    io.i32("nproc", v.nproc);
+    io.i32("node_rank", v.node_rank);
+    io.i32("worker_port", v.worker_port);
+    io.i32("max_restarts", v.max_restarts);
+    io.i32("min_nodes", v.min_nodes);
+    io.i32("max_nodes", v.max_nodes);
+    io.u64("agent_id", v.agent_id);
+  } else if constexpr (std::is_same_v<T, Refused> || std::is_same_v<T, Stop>) {
+    io.text("reason", v.reason);
+  } else if constexpr (std::is_same_v<T, Round>) {
+    io.u32("round", v.round);
+    io.i32("group_rank", v.group_rank);
+    io.i32("group_world_size", v.group_world_size);
+    io.i32("base_rank", v.base_rank);
+    io.i32("world_size", v.world_size);
+    io.name("master_addr", v.master_addr);
+    io.i32("master_port", v.master_port);
+    io.i32("restart_count", v.restart_count);
+  } else if constexpr (std::is_same_v<T, Failed>) {
+    io.failures(v.failures, nullptr, 4);
+  } else if constexpr (std::is_same_v<T, Exit>) {
+    io.i32("code", v.code);
+    io.failures(v.failures, &v.reason, 4 + 4 + 4);
   }
 }
 
-constexpr size_t kWholeText = kMaxFrameBody - kBodyPrefix - 4;
-
 void write_payload(Writer& w, const Message& m) {
-  std::visit(
-      [&](const auto& v) {
-        using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, Hello>) {
-          w.str(v.run_id, kMaxName);
-          w.nonce(v.nonce);
-        } else if constexpr (std::is_same_v<T, Challenge>) {
-          w.nonce(v.nonce);
-          w.bytes(v.proof, kMaxProof);
-        } else if constexpr (std::is_same_v<T, Join>) {
-          w.bytes(v.proof, kMaxProof);
-          w.str(v.host, kMaxName);
-          w.str(v.addr, kMaxName);
-          w.i32(v.nproc);
-          w.i32(v.node_rank);
-          w.i32(v.worker_port);
-          w.i32(v.max_restarts);
-          w.i32(v.min_nodes);
-          w.i32(v.max_nodes);
-          w.u64(v.agent_id);
-        } else if constexpr (std::is_same_v<T, Refused> || std::is_same_v<T, Stop>) {
-          w.str(v.reason, kWholeText);
-        } else if constexpr (std::is_same_v<T, Round>) {
-          w.u32(v.round);
-          w.i32(v.group_rank);
-          w.i32(v.group_world_size);
-          w.i32(v.base_rank);
-          w.i32(v.world_size);
-          w.str(v.master_addr, kMaxName);
-          w.i32(v.master_port);
-          w.i32(v.restart_count);
-        } else if constexpr (std::is_same_v<T, Failed>) {
-          write_failures(w, v.failures, nullptr, 4);
-        } else if constexpr (std::is_same_v<T, Exit>) {
-          w.i32(v.code);
-          write_failures(w, v.failures, &v.reason, 4 + 4 + 4);
-        }
-        // Heartbeat, Stopped, Done: no payload.
-      },
-      m);
+  std::visit([&](const auto& v) { fields(w, v); }, m);
 }
 
 // Bounds-checked reads over one message's payload. The first problem is kept and later reads
@@ -275,6 +297,19 @@ class Reader {
     return failed() ? 0 : n;
   }
 
+  // Named as the Writer's are, so that one field list (fields, report_fields) serves both.
+  void u32(const char* field, uint32_t& v) { v = u32(field); }
+  void i32(const char* field, int32_t& v) { v = i32(field); }
+  void u64(const char* field, uint64_t& v) { v = u64(field); }
+  void i64(const char* field, int64_t& v) { v = i64(field); }
+  void nonce(const char* field, Nonce& n) { n = nonce(field); }
+  void proof(const char* field, Bytes& b) { b = bytes(field, kMaxProof); }
+  void name(const char* field, std::string& s) { s = name(field); }
+  void str(const char* field, std::string& s, size_t cap) { s = str(field, cap); }
+  void text(const char* field, std::string& s) { s = str(field, kMaxFrameBody); }
+  /// Exit's reason when there is one, then the failures.
+  void failures(std::vector<FailureReport>& out, std::string* reason, size_t fixed);
+
   void at_least(const char* field, int64_t value, int64_t lo) {
     if (value < lo) fail(std::string(field) + " must be >= " + std::to_string(lo) + " (got " + std::to_string(value) + ")");
   }
@@ -312,43 +347,21 @@ class Reader {
   std::optional<DecodeError> error_;
 };
 
-std::vector<FailureReport> read_failures(Reader& r) {
-  std::vector<FailureReport> out(r.count("failures", kFailureFixed));
+void Reader::failures(std::vector<FailureReport>& out, std::string* reason, size_t) {
+  if (reason) text("reason", *reason);
+  out.resize(count("failures", kFailureFixed));
   for (auto& f : out) {
-    f.rank = r.i32("rank");
-    f.local_rank = r.i32("local_rank");
-    f.pid = r.i32("pid");
-    f.exitcode = r.i32("exitcode");
-    f.observed_ns = r.i64("observed_ns");
-    f.timestamp_s = r.i64("timestamp_s");
-    f.host = r.str("host", kMaxName);
-    f.error_file = r.str("error_file", kMaxName);
-    f.message = r.str("message", kMaxFrameBody);
-    if (r.failed()) break;
+    report_fields(*this, f, kMaxFrameBody);
+    if (failed()) break;
   }
-  return out;
 }
 
+// The fields, then what no field says alone: ranges, and MIN <= MAX.
 template <typename T>
 void read_payload(Reader& r, T& v) {
-  if constexpr (std::is_same_v<T, Hello>) {
-    v.run_id = r.name("run_id");
-    v.nonce = r.nonce("nonce");
-  } else if constexpr (std::is_same_v<T, Challenge>) {
-    v.nonce = r.nonce("nonce");
-    v.proof = r.bytes("proof", kMaxProof);
-  } else if constexpr (std::is_same_v<T, Join>) {
-    v.proof = r.bytes("proof", kMaxProof);
-    v.host = r.name("host");
-    v.addr = r.name("addr");
-    v.nproc = r.i32("nproc");
-    v.node_rank = r.i32("node_rank");
-    v.worker_port = r.i32("worker_port");
-    v.max_restarts = r.i32("max_restarts");
-    v.min_nodes = r.i32("min_nodes");
-    v.max_nodes = r.i32("max_nodes");
-    v.agent_id = r.u64("agent_id");
-    if (r.failed()) return;
+  fields(r, v);
+  if (r.failed()) return;
+  if constexpr (std::is_same_v<T, Join>) {
     r.in_range("nproc", v.nproc, 1, kMaxNproc);
     r.at_least("node_rank", v.node_rank, -1);
     r.in_range("worker_port", v.worker_port, 0, 65535);
@@ -358,30 +371,13 @@ void read_payload(Reader& r, T& v) {
       r.fail("max_nodes (" + std::to_string(v.max_nodes) + ") must be >= min_nodes (" +
              std::to_string(v.min_nodes) + ")");
     }
-  } else if constexpr (std::is_same_v<T, Refused> || std::is_same_v<T, Stop>) {
-    v.reason = r.str("reason", kMaxFrameBody);
   } else if constexpr (std::is_same_v<T, Round>) {
-    v.round = r.u32("round");
-    v.group_rank = r.i32("group_rank");
-    v.group_world_size = r.i32("group_world_size");
-    v.base_rank = r.i32("base_rank");
-    v.world_size = r.i32("world_size");
-    v.master_addr = r.name("master_addr");
-    v.master_port = r.i32("master_port");
-    v.restart_count = r.i32("restart_count");
-    if (r.failed()) return;
     r.at_least("group_world_size", v.group_world_size, 1);
     r.in_range("group_rank", v.group_rank, 0, int64_t{v.group_world_size} - 1);
     r.at_least("world_size", v.world_size, 1);
     r.in_range("base_rank", v.base_rank, 0, int64_t{v.world_size} - 1);
     r.in_range("master_port", v.master_port, 0, 65535);
     r.at_least("restart_count", v.restart_count, 0);
-  } else if constexpr (std::is_same_v<T, Failed>) {
-    v.failures = read_failures(r);
-  } else if constexpr (std::is_same_v<T, Exit>) {
-    v.code = r.i32("code");
-    v.reason = r.str("reason", kMaxFrameBody);
-    v.failures = read_failures(r);
   }
 }
 

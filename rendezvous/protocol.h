@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -21,6 +22,14 @@ inline constexpr size_t kMaxName = 4096;              ///< run_id, host, addr, m
 inline constexpr int32_t kMaxNproc = 65536;
 using Nonce = std::array<uint8_t, 32>;
 using Bytes = std::vector<uint8_t>;
+
+/// Both sides send a heartbeat when they have been quiet for an interval; a peer silent for
+/// `misses` intervals is lost.
+struct Liveness {
+  std::chrono::milliseconds interval{500};
+  int misses = 3;
+  std::chrono::milliseconds silence_limit() const { return interval * misses; }
+};
 
 struct Hello {  ///< client -> server, first
   std::string run_id;

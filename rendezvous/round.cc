@@ -49,30 +49,30 @@ std::vector<std::pair<NodeId, Round>> assign_ranks(const std::map<NodeId, Member
 
 std::optional<std::string> check_join(const RoundConfig& config, const std::map<NodeId, Member>& members,
                                       const std::map<int32_t, NodeId>& ranks, const Join& join) {
-  const std::string job_nodes = nodes_text(config.min_nodes, config.max_nodes);
+  const SettingNames& n = config.names;
+  const std::string job_nodes = n.nnodes + "=" + nodes_text(config.min_nodes, config.max_nodes);
   if (join.min_nodes != config.min_nodes || join.max_nodes != config.max_nodes) {
-    return "--nnodes=" + nodes_text(join.min_nodes, join.max_nodes) + " does not match the job's --nnodes=" + job_nodes;
+    return n.nnodes + "=" + nodes_text(join.min_nodes, join.max_nodes) + " does not match the job's " + job_nodes;
   }
   if (join.max_restarts != config.max_restarts) {
-    return "--max_restarts=" + std::to_string(join.max_restarts) + " does not match the job's --max_restarts=" +
-           std::to_string(config.max_restarts);
+    return n.max_restarts + "=" + std::to_string(join.max_restarts) + " does not match the job's " + n.max_restarts +
+           "=" + std::to_string(config.max_restarts);
   }
+  const std::string rank = n.node_rank + "=" + std::to_string(join.node_rank);
   if (config.static_backend) {
-    if (join.node_rank < 0) return "the job uses the static rendezvous: give each node its --node_rank";
+    if (join.node_rank < 0) return "the job uses the static rendezvous: give each node its " + n.node_rank;
     if (join.node_rank >= config.max_nodes) {
-      return "--node_rank=" + std::to_string(join.node_rank) + " is out of range for --nnodes=" + job_nodes + " (0.." +
-             std::to_string(config.max_nodes - 1) + ")";
+      return rank + " is out of range for " + job_nodes + " (0.." + std::to_string(config.max_nodes - 1) + ")";
     }
     if (auto taken = ranks.find(join.node_rank); taken != ranks.end()) {
       const Member& m = members.at(taken->second);
-      return "--node_rank=" + std::to_string(join.node_rank) + " is already taken by " + m.join.host + " (" +
-             m.address() + ")";
+      return rank + " is already taken by " + m.join.host + " (" + m.address() + ")";
     }
   } else if (join.node_rank >= 0) {
-    return "this node uses the static rendezvous (--node_rank), the job the c10d one (--rdzv_backend=c10d)";
+    return "this node uses the static rendezvous (" + n.node_rank + "), the job the c10d one (" + n.backend + "=c10d)";
   }
   if (static_cast<int>(members.size()) >= config.max_nodes) {
-    return "the job already has its " + std::to_string(config.max_nodes) + " nodes (--nnodes=" + job_nodes + ")";
+    return "the job already has its " + std::to_string(config.max_nodes) + " nodes (" + job_nodes + ")";
   }
   return std::nullopt;
 }

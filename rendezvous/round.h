@@ -19,13 +19,23 @@ namespace dtl::rendezvous {
 using Clock = std::chrono::steady_clock;
 using NodeId = uint64_t;  ///< the server's name for one connection
 
+/// What the agents call the settings a join carries, for the refusals that name them: the launcher
+/// gives its flags ("--node_rank"); rendezvous/ names no flag itself.
+struct SettingNames {
+  std::string nnodes = "nnodes";
+  std::string node_rank = "node_rank";
+  std::string max_restarts = "max_restarts";
+  std::string backend = "rdzv_backend";
+};
+
 struct RoundConfig {
-  bool static_backend = true;  ///< ranks from --node_rank; otherwise assigned, elastic MIN:MAX
+  bool static_backend = true;  ///< ranks from each node's rank; otherwise assigned, elastic MIN:MAX
   int min_nodes = 1;
   int max_nodes = 1;
   int max_restarts = 0;
   Clock::duration join_timeout = std::chrono::seconds(600);
   Clock::duration last_call_timeout = std::chrono::seconds(30);
+  SettingNames names;
 };
 
 /// A node that joined: what it said, and the address the server saw it connect from.
@@ -87,7 +97,7 @@ class RoundState {
   Phase phase_ = Phase::gathering;
   std::map<NodeId, Member> members_;  ///< joined and connected, in the round or waiting for the next
   std::map<NodeId, Round> assigned_;  ///< this round's ranks, for naming a lost node
-  std::map<int32_t, NodeId> node_ranks_;  ///< static backend: who holds each --node_rank (O(log n) joins)
+  std::map<int32_t, NodeId> node_ranks_;  ///< static backend: who holds each node rank (O(log n) joins)
   std::set<NodeId> in_round_;         ///< the nodes of the running (or stopping) round
   std::set<NodeId> settled_;          ///< in the round, and stopped or done
   std::set<NodeId> done_;

@@ -17,21 +17,23 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
+constexpr const char* kClosed = "connection closed";
+
 /// One peer. Reads are small (joins are ~200 bytes) so thousands of nodes stay cheap.
 struct Conn {
   Conn(tcp::socket s, NodeId id) : sock(std::move(s)), id(id) {}
-  enum class State { hello, challenged, joined, closing };
   tcp::socket sock;
   NodeId id;
-  State state = State::hello;
+  ServerHandshake shake;
+  bool closing = false;  ///< nothing more is read; the socket closes once the queue is written
   FrameDecoder decoder;
   std::array<uint8_t, 2048> buf;
   std::deque<Bytes> out;
   bool writing = false;
-  Nonce client_nonce{}, server_nonce{};
   std::string peer;
   Clock::time_point connected, last_heard, last_sent;
   int frames = 0;  ///< in this heartbeat interval
+  bool joined() const { return !closing && shake.phase == ServerHandshake::Phase::joined; }
 };
 
 }  // namespace
@@ -78,7 +80,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     }
     if (ec) throw std::runtime_error("cannot listen on " + opts.host + ":" + std::to_string(opts.port) + ": " + ec.message());
     acceptor.listen(asio::socket_base::max_listen_connections);
-    if (opts.token.empty()) spdlog::warn("rendezvous: no --rdzv_token: any host that reaches this port can join");
+    if (opts.credentials.token.empty()) {
+      spdlog::warn("rendezvous: no {}: any host that reaches this port can join", opts.credentials.token_name);
+    }
   }
 
   void start() {
@@ -120,16 +124,16 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void read(const std::shared_ptr<Conn>& c) {
     c->sock.async_read_some(asio::buffer(c->buf), [self = shared_from_this(), c](const boost::system::error_code& ec,
                                                                                 size_t n) {
-      if (self->stopped || c->state == Conn::State::closing) return;
+      if (self->stopped || c->closing) return;
       if (ec) {
-        self->drop(c, ec == asio::error::eof ? "connection closed" : ec.message());
+        self->drop(c, ec == asio::error::eof ? kClosed : ec.message());
         return;
       }
       c->last_heard = Clock::now();
       std::vector<Message> msgs;
       auto err = c->decoder.feed(c->buf.data(), n, msgs);
       for (auto& m : msgs) {
-        if (c->state == Conn::State::closing || !self->conns.count(c->id)) return;
+        if (c->closing || !self->conns.count(c->id)) return;
         ++c->frames;
         self->handle(c, m);
       }
@@ -137,7 +141,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         self->drop(c, "bad frame: " + err->what);
         return;
       }
-      if (self->conns.count(c->id) && c->state != Conn::State::closing) self->read(c);
+      if (self->conns.count(c->id) && !c->closing) self->read(c);
     });
   }
 
@@ -150,7 +154,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void write(const std::shared_ptr<Conn>& c) {
     if (c->out.empty()) {
       c->writing = false;
-      if (c->state == Conn::State::closing) close(c);
+      if (c->closing) close(c);
       return;
     }
     c->writing = true;
@@ -161,7 +165,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
                         if (ec) {
                           c->out.clear();
                           c->writing = false;
-                          if (c->state != Conn::State::closing) self->drop(c, "write failed: " + ec.message());
+                          if (!c->closing) self->drop(c, "write failed: " + ec.message());
                           else self->close(c);
                           return;
                         }
@@ -180,14 +184,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   /// Stop talking to a peer: what it was in the round is lost.
   void drop(const std::shared_ptr<Conn>& c, const std::string& why) {
     if (!conns.count(c->id)) return;
-    const bool joined = c->state == Conn::State::joined;
-    if (c->state == Conn::State::challenged && why == "connection closed") {
-      spdlog::warn("rendezvous: {} hung up after the challenge: its --rdzv_token differs or is missing "
-                   "(or it was stopped)", c->peer);
+    const bool joined = c->joined();
+    auto hangup = why == kClosed ? server_hangup(opts.credentials, c->shake) : std::nullopt;
+    if (hangup) {
+      spdlog::warn("rendezvous: {} {}", c->peer, *hangup);
     } else if (!joined) {
       spdlog::info("rendezvous: dropped {} before it joined: {}", c->peer, why);
     }
-    c->state = Conn::State::closing;
+    c->closing = true;
     // A write in flight still reads the front buffer: its handler, which closing the socket makes
     // run with an error, clears the queue.
     if (!c->writing) c->out.clear();
@@ -195,51 +199,29 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (joined) apply(round.on_lost(c->id, why, Clock::now()));
   }
 
-  void refuse(const std::shared_ptr<Conn>& c, const std::string& why) {
-    spdlog::warn("rendezvous: refused {}: {}", c->peer, why);
-    send(c, encode(Refused{why}));
-    c->state = Conn::State::closing;
+  /// A message of the handshake: the state machine decides, this carries out.
+  void handshake(const std::shared_ptr<Conn>& c, const Message& m) {
+    const bool hello = c->shake.phase == ServerHandshake::Phase::hello;
+    ServerStep step = server_step(opts.credentials, c->shake, m, hello ? random_nonce() : Nonce{});
+    if (step.dropped) return drop(c, *step.dropped);
+    c->shake = step.next;
+    for (const auto& reply : step.send) send(c, encode(reply));
+    if (step.refused) {
+      spdlog::warn("rendezvous: refused {}: {}", c->peer, *step.refused);
+      c->closing = true;
+    }
+    if (step.joined) apply(round.on_join(c->id, Member{std::move(*step.joined), c->peer}, Clock::now()));
   }
 
   void handle(const std::shared_ptr<Conn>& c, const Message& m) {
+    if (c->closing) return;
+    if (!c->joined()) return handshake(c, m);
     const auto now = Clock::now();
-    switch (c->state) {
-      case Conn::State::hello: {
-        auto* hello = std::get_if<Hello>(&m);
-        if (!hello) return drop(c, std::string("expected hello, got ") + message_name(m));
-        if (hello->run_id != opts.run_id) {
-          return refuse(c, "run id '" + hello->run_id + "' does not match the job's '" + opts.run_id + "'");
-        }
-        c->client_nonce = hello->nonce;
-        c->server_nonce = random_nonce();
-        c->state = Conn::State::challenged;
-        send(c, encode(Challenge{c->server_nonce, proof(opts.token, "server", opts.run_id, c->client_nonce,
-                                                        c->server_nonce)}));
-        return;
-      }
-      case Conn::State::challenged: {
-        auto* join = std::get_if<Join>(&m);
-        if (!join) return drop(c, std::string("expected join, got ") + message_name(m));
-        if (opts.token.empty() && !join->proof.empty()) {
-          return refuse(c, "this node has a --rdzv_token but the rendezvous has none");
-        }
-        if (!opts.token.empty() &&
-            !proof_matches(proof(opts.token, "client", opts.run_id, c->server_nonce, c->client_nonce), join->proof)) {
-          return refuse(c, join->proof.empty() ? "authentication required: this node has no --rdzv_token"
-                                               : "authentication failed: wrong --rdzv_token");
-        }
-        c->state = Conn::State::joined;
-        return apply(round.on_join(c->id, Member{*join, c->peer}, now));
-      }
-      case Conn::State::joined:
-        if (std::holds_alternative<Heartbeat>(m)) return;
-        if (auto* f = std::get_if<Failed>(&m)) return apply(round.on_failed(c->id, f->failures, now));
-        if (std::holds_alternative<Stopped>(m)) return apply(round.on_stopped(c->id, now));
-        if (std::holds_alternative<Done>(m)) return apply(round.on_done(c->id, now));
-        return drop(c, std::string("unexpected ") + message_name(m));
-      case Conn::State::closing:
-        return;
-    }
+    if (std::holds_alternative<Heartbeat>(m)) return;
+    if (auto* f = std::get_if<Failed>(&m)) return apply(round.on_failed(c->id, f->failures, now));
+    if (std::holds_alternative<Stopped>(m)) return apply(round.on_stopped(c->id, now));
+    if (std::holds_alternative<Done>(m)) return apply(round.on_done(c->id, now));
+    drop(c, std::string("unexpected ") + message_name(m));
   }
 
   void apply(RoundState::Actions a) {
@@ -251,7 +233,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     for (NodeId id : a.drop) {
       auto it = conns.find(id);
       if (it == conns.end()) continue;
-      it->second->state = Conn::State::closing;
+      it->second->closing = true;
       if (!it->second->writing) close(it->second);
     }
     if (a.finished) {
@@ -268,23 +250,20 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   /// Once per heartbeat interval: heartbeats to idle peers, and the silent, slow or flooding dropped.
   void sweep() {
-    sweep_timer.expires_after(opts.heartbeat_interval);
+    sweep_timer.expires_after(opts.liveness.interval);
     sweep_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec || self->stopped) return;
       const auto now = Clock::now();
-      const auto silent_limit = self->opts.heartbeat_interval * self->opts.heartbeat_misses;
       std::vector<std::pair<std::shared_ptr<Conn>, std::string>> doomed;
       for (auto& [id, c] : self->conns) {
-        if (c->state == Conn::State::closing) continue;
-        if (c->state != Conn::State::joined && now - c->connected > self->opts.handshake_timeout) {
+        if (c->closing) continue;
+        if (!c->joined() && now - c->connected > self->opts.handshake_timeout) {
           doomed.emplace_back(c, "no handshake within " + std::to_string(self->opts.handshake_timeout.count()) + " ms");
-        } else if (c->state == Conn::State::joined && now - c->last_heard > silent_limit) {
-          doomed.emplace_back(c, "silent for " + std::to_string(
-                                     std::chrono::duration_cast<std::chrono::milliseconds>(now - c->last_heard).count()) +
-                                     " ms (no heartbeat)");
+        } else if (auto silent = self->silence(*c, now)) {
+          doomed.emplace_back(c, *silent);
         } else if (c->frames > self->opts.max_frames_per_interval) {
           doomed.emplace_back(c, "flooding: " + std::to_string(c->frames) + " frames in one heartbeat interval");
-        } else if (c->state == Conn::State::joined && now - c->last_sent >= self->opts.heartbeat_interval) {
+        } else if (c->joined() && now - c->last_sent >= self->opts.liveness.interval) {
           self->send(c, encode(Heartbeat{}));
         }
         c->frames = 0;
@@ -298,26 +277,28 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   /// The sweep notices a silent node up to one interval late: when a joined node's silence limit
   /// falls before the next sweep, look again just past it (rarely: only once a node has been silent
   /// for all but one interval of the limit).
+  /// Why a joined peer counts as lost for its silence, if it does.
+  std::optional<std::string> silence(const Conn& c, Clock::time_point now) const {
+    if (!c.joined() || now - c.last_heard <= opts.liveness.silence_limit()) return std::nullopt;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - c.last_heard).count();
+    return "silent for " + std::to_string(ms) + " ms (no heartbeat)";
+  }
+
   void watch_silence(Clock::time_point now) {
-    const auto silent_limit = opts.heartbeat_interval * opts.heartbeat_misses;
     std::optional<Clock::time_point> earliest;
     for (auto& [id, c] : conns) {
-      if (c->state == Conn::State::joined && (!earliest || c->last_heard < *earliest)) earliest = c->last_heard;
+      if (c->joined() && (!earliest || c->last_heard < *earliest)) earliest = c->last_heard;
     }
     if (!earliest) return;
-    const auto at = *earliest + silent_limit + std::chrono::milliseconds(1);
-    if (at >= now + opts.heartbeat_interval) return;
+    const auto at = *earliest + opts.liveness.silence_limit() + std::chrono::milliseconds(1);
+    if (at >= now + opts.liveness.interval) return;
     silence_timer.expires_at(at);
-    silence_timer.async_wait([self = shared_from_this(), silent_limit](const boost::system::error_code& ec) {
+    silence_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec || self->stopped) return;
       const auto now = Clock::now();
       std::vector<std::pair<std::shared_ptr<Conn>, std::string>> doomed;
       for (auto& [id, c] : self->conns) {
-        if (c->state == Conn::State::joined && now - c->last_heard > silent_limit) {
-          doomed.emplace_back(c, "silent for " + std::to_string(
-                                     std::chrono::duration_cast<std::chrono::milliseconds>(now - c->last_heard).count()) +
-                                     " ms (no heartbeat)");
-        }
+        if (auto silent = self->silence(*c, now)) doomed.emplace_back(c, *silent);
       }
       for (auto& [c, why] : doomed) self->drop(c, why);
       self->watch_silence(now);

@@ -11,6 +11,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "rendezvous/handshake.h"
 #include "rendezvous/round.h"
 
 namespace dtl::rendezvous {
@@ -18,11 +19,9 @@ namespace dtl::rendezvous {
 struct ServerOptions {
   std::string host;  ///< address to bind; empty: every interface
   int port = 29400;
-  std::string run_id = "none";
-  std::string token;  ///< empty: unauthenticated (said once in the log)
+  Credentials credentials;  ///< no token: unauthenticated (said once in the log)
   RoundConfig round;
-  std::chrono::milliseconds heartbeat_interval{500};
-  int heartbeat_misses = 3;  ///< silent this many intervals: the node is lost
+  Liveness liveness;
   std::chrono::milliseconds handshake_timeout{10000};
   int max_frames_per_interval = 1000;
 };

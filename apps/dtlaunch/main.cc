@@ -24,9 +24,8 @@
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
 #include "launcher/posix_io.h"
-#include "launcher/rdzv_server_command.h"
+#include "launcher/rdzv_options.h"
 #include "launcher/supervisor.h"
-#include "rendezvous/auth.h"
 #include "rendezvous/ports.h"
 
 namespace {
@@ -38,17 +37,6 @@ void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
   logger->set_pattern("dtlaunch: %l: %v");
   logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(logger);
-}
-
-/// The rendezvous token. Only one typed on the command line is the flag that `ps` shows; an empty
-/// one is unset, except an empty DTLAUNCH_RDZV_TOKEN, which read_token refuses.
-std::variant<dtl::rendezvous::Token, dtl::rendezvous::TokenError> token_for(const dtl::config::LaunchOptions& o) {
-  const dtl::config::Source source = o.source("rdzv_token");
-  const bool typed = source.kind == dtl::config::Source::Kind::flag;
-  std::optional<std::string> token;
-  if (!o.rdzv_token.empty() || source.where == "DTLAUNCH_RDZV_TOKEN") token = o.rdzv_token;
-  return dtl::rendezvous::read_token(typed ? token : std::nullopt, typed ? std::nullopt : token,
-                                     o.rdzv_token_file.empty() ? std::nullopt : std::optional(o.rdzv_token_file));
 }
 
 /// The one place where dtlaunch's errors get their prefix.
@@ -65,11 +53,8 @@ int main(int argc, char** argv) {
     if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) return 1;
   }
   auto env = config::process_env();
+  setup_logging();
   if (auto code = commands::run_subcommand(std::vector<std::string>(argv + 1, argv + argc), env)) return *code;
-  if (argc > 1 && std::string_view(argv[1]) == "rdzv-server") {
-    setup_logging();
-    return launcher::run_rdzv_server_command(std::vector<std::string>(argv + 2, argv + argc), env);
-  }
   auto parsed = config::parse_command_line(std::vector<std::string>(argv + 1, argv + argc), env);
   if (parsed.error) {
     std::cerr << error_line(*parsed.error);
@@ -98,7 +83,10 @@ int main(int argc, char** argv) {
   try {
     launcher::HostFacts host{options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
                              posix::cpu_count(), env,
-                             rendezvous::reserve_check};
+                             [&](const std::string& addr, int port) {
+                               return rendezvous::reserve_check(addr, port, {launcher::called(options, "master_addr"),
+                                                                             launcher::called(options, "master_port")});
+                             }};
     auto planned = launcher::make_plan(options, host);
     if (auto* err = std::get_if<Error>(&planned)) return fail(*err);
     const auto& plan = std::get<launcher::LaunchPlan>(planned);
@@ -112,13 +100,10 @@ int main(int argc, char** argv) {
 
     std::optional<launcher::AgentOptions> agent_options;
     if (launcher::is_multi_node(options)) {
-      auto token = token_for(options);
-      if (auto* err = std::get_if<rendezvous::TokenError>(&token)) return fail(Error{err->what});
-      const auto& t = std::get<rendezvous::Token>(token);
-      if (!t.warning.empty()) spdlog::warn("{}", t.warning);
-      auto made = launcher::make_agent_options(options, plan, t.value);
-      if (auto* err = std::get_if<std::string>(&made)) return fail(Error{*err});
-      agent_options = std::get<launcher::AgentOptions>(made);
+      auto made = launcher::make_agent_options(options, plan, launcher::this_host());
+      if (auto* err = std::get_if<Error>(&made)) return fail(*err);
+      for (const auto& w : std::get<launcher::AgentSetup>(made).warnings) spdlog::warn("{}", w);
+      agent_options = std::get<launcher::AgentSetup>(made).options;
     }
 
     launcher::OrphanGuard guard;

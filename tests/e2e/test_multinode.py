@@ -6,13 +6,7 @@ import socket
 import time
 import unittest
 
-from common import LaunchTest, have_torch, main, write_allreduce_script
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from common import LaunchTest, free_port, have_torch, main, write_allreduce_script
 
 
 class MultiNode(LaunchTest):

@@ -1,16 +1,9 @@
 """Messages name the source that really gave a setting: the flag as typed, a variable, a file."""
 import os
-import socket
 
-from common import LaunchTest, main
+from common import LaunchTest, free_port, main
 
 PS_WARNING = "--rdzv_token on the command line is visible to every user of this machine (ps)"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SettingSources(LaunchTest):

@@ -180,7 +180,7 @@ struct Load {
       rdzv::ClientOptions o;
       o.host = host;
       o.port = port;
-      o.run_id = run_id;
+      o.credentials.run_id = run_id;
       o.connect_timeout = std::chrono::milliseconds(timeout_s * 1000LL);
       // Heartbeat interval and misses: the defaults, as an agent has them.
       o.join.host = "load-" + std::to_string(i);

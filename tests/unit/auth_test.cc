@@ -50,6 +50,11 @@ Token token_of(const std::variant<Token, TokenError>& r) {
   return std::get<Token>(r);
 }
 
+const std::string kSafer = "--rdzv_token_file or DTLAUNCH_RDZV_TOKEN";
+
+/// No token, only the file at `path`, named as the launcher names it.
+TokenSources from_file(const std::string& path) { return {std::nullopt, Given{path, "--rdzv_token_file", true}, kSafer}; }
+
 std::string error_of(const std::variant<Token, TokenError>& r) {
   if (auto* e = std::get_if<TokenError>(&r)) return e->what;
   return "(token '" + std::get<Token>(r).value + "')";
@@ -108,60 +113,67 @@ TEST_CASE("nonces are random") {
   CHECK(a != Nonce{});
 }
 
-TEST_CASE("the token flag wins over the variable, which wins over the file") {
+TEST_CASE("a token given wins over the token file, and only one typed on the command line is warned about") {
   TokenFile file("from-file\n", 0600);
-  Token t = token_of(read_token("from-flag", "from-env", file.path.string()));
+  const Given path{file.path.string(), "--rdzv_token_file", true};
+  Token t = token_of(read_token({Given{"from-flag", "--rdzv_token", true}, path, kSafer}));
   CHECK(t.value == "from-flag");
   CHECK(t.source == "--rdzv_token");
   CHECK_THAT(t.warning, Catch::Contains("visible to every user"));
+  CHECK(t.warning == "--rdzv_token on the command line is visible to every user of this machine (ps); "
+                     "prefer --rdzv_token_file or DTLAUNCH_RDZV_TOKEN");
 
-  t = token_of(read_token(std::nullopt, "from-env", file.path.string()));
+  t = token_of(read_token({Given{"from-env", "DTLAUNCH_RDZV_TOKEN", false}, path, kSafer}));
   CHECK(t.value == "from-env");
   CHECK(t.source == "DTLAUNCH_RDZV_TOKEN");
   CHECK(t.warning.empty());
 
-  t = token_of(read_token(std::nullopt, std::nullopt, file.path.string()));
+  t = token_of(read_token({Given{"from-config", "cfg.yaml:3:13: rdzv_token", false}, path, kSafer}));
+  CHECK(t.source == "cfg.yaml:3:13: rdzv_token");
+  CHECK(t.warning.empty());
+
+  t = token_of(read_token({std::nullopt, path, kSafer}));
   CHECK(t.value == "from-file");
   CHECK(t.source == "--rdzv_token_file " + file.path.string());
   CHECK(t.warning.empty());
 }
 
 TEST_CASE("no token anywhere means an unauthenticated rendezvous, not an error") {
-  Token t = token_of(read_token(std::nullopt, std::nullopt, std::nullopt));
+  Token t = token_of(read_token({}));
   CHECK(t.value.empty());
   CHECK(t.source.empty());
 }
 
 TEST_CASE("a token file keeps inner whitespace and loses only its trailing newlines") {
   TokenFile file("  tok en\r\n\n", 0400);
-  CHECK(token_of(read_token(std::nullopt, std::nullopt, file.path.string())).value == "  tok en");
+  CHECK(token_of(read_token(from_file(file.path.string()))).value == "  tok en");
 }
 
 TEST_CASE("a token file others can read is used with a warning") {
   TokenFile file("tok\n", 0644);
-  Token t = token_of(read_token(std::nullopt, std::nullopt, file.path.string()));
+  Token t = token_of(read_token(from_file(file.path.string())));
   CHECK(t.value == "tok");
   CHECK(t.warning == "token file " + file.path.string() + " is readable by group or others (mode 0644); chmod 600 it");
 }
 
 TEST_CASE("empty, missing, oversized and unreadable tokens are errors") {
-  CHECK(error_of(read_token("", "env", std::nullopt)) == "--rdzv_token is empty");
-  CHECK(error_of(read_token(std::nullopt, "", std::nullopt)) == "DTLAUNCH_RDZV_TOKEN is set but empty");
-  CHECK(error_of(read_token(std::nullopt, std::nullopt, "/nonexistent/token")) ==
+  CHECK(error_of(read_token({Given{"", "--rdzv_token", true}, std::nullopt, kSafer})) == "--rdzv_token is empty");
+  CHECK(error_of(read_token({Given{"", "DTLAUNCH_RDZV_TOKEN", false}, std::nullopt, kSafer})) ==
+        "DTLAUNCH_RDZV_TOKEN is set but empty");
+  CHECK(error_of(read_token(from_file("/nonexistent/token"))) ==
         "cannot read token file /nonexistent/token: No such file or directory");
   {
     TokenFile empty("\n", 0600);
-    CHECK(error_of(read_token(std::nullopt, std::nullopt, empty.path.string())) ==
-          "token file " + empty.path.string() + " is empty");
+    CHECK(error_of(read_token(from_file(empty.path.string()))) == "token file " + empty.path.string() + " is empty");
   }
   {
     TokenFile big(std::string(5000, 'k'), 0600);
-    CHECK(error_of(read_token(std::nullopt, std::nullopt, big.path.string())) ==
+    CHECK(error_of(read_token(from_file(big.path.string()))) ==
           "token file " + big.path.string() + " is larger than 4096 bytes");
   }
   {
     TokenFile file("x", 0600);
-    CHECK(error_of(read_token(std::nullopt, std::nullopt, file.dir.string())) ==
+    CHECK(error_of(read_token(from_file(file.dir.string()))) ==
           "cannot read token file " + file.dir.string() + ": Is a directory");
   }
 }

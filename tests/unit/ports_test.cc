@@ -36,7 +36,8 @@ TEST_CASE("loopback is local, a documentation address is not") {
 }
 
 TEST_CASE("port 0 finds a free port, and a listening port is reported in use") {
-  auto free = reserve_check("127.0.0.1", 0);
+  const PortNames names{"--master_addr", "--master_port"};
+  auto free = reserve_check("127.0.0.1", 0, names);
   REQUIRE(std::holds_alternative<int>(free));
   CHECK(std::get<int>(free) > 0);
 
@@ -49,10 +50,16 @@ TEST_CASE("port 0 finds a free port, and a listening port is reported in use") {
   REQUIRE(listen(fd, 1) == 0);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   int port = ntohs(addr.sin_port);
-  auto taken = reserve_check("127.0.0.1", port);
+  auto taken = reserve_check("127.0.0.1", port, names);
   REQUIRE(std::holds_alternative<std::string>(taken));
   CHECK(std::get<std::string>(taken) == "--master_port " + std::to_string(port) +
                                             " is already in use on 127.0.0.1 (choose another port, or "
                                             "--master_port=0 for a free one)");
   close(fd);
+}
+
+TEST_CASE("an address that does not resolve is named as the caller calls it") {
+  auto r = reserve_check("no-such-host.invalid", 0, {"--local_addr", "the workers' port"});
+  REQUIRE(std::holds_alternative<std::string>(r));
+  CHECK_THAT(std::get<std::string>(r), Catch::StartsWith("cannot resolve --local_addr 'no-such-host.invalid': "));
 }

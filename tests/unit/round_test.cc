@@ -31,8 +31,12 @@ std::vector<std::pair<NodeId, T>> sent(const RoundState::Actions& a) {
   return out;
 }
 
+// Refusals name the settings as the launcher calls them (rendezvous/ names no flag itself).
+const SettingNames kFlags{"--nnodes", "--node_rank", "--max_restarts", "--rdzv_backend"};
+
 RoundConfig static_two(int restarts = 0) {
   RoundConfig c;
+  c.names = kFlags;
   c.min_nodes = c.max_nodes = 2;
   c.max_restarts = restarts;
   return c;
@@ -40,6 +44,7 @@ RoundConfig static_two(int restarts = 0) {
 
 RoundConfig elastic(int min, int max) {
   RoundConfig c;
+  c.names = kFlags;
   c.static_backend = false;
   c.min_nodes = min;
   c.max_nodes = max;

@@ -1,0 +1,121 @@
+#include "launcher/rdzv_options.h"
+
+#include <chrono>
+#include <random>
+#include <stdexcept>
+
+#include "launcher/posix_io.h"
+
+namespace dtl::launcher {
+namespace rdzv = dtl::rendezvous;
+
+namespace {
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+}
+
+/// A setting given by the user (not its default), as the rendezvous takes it. A flag is called by
+/// its name, however it was spelled: a warning about it is about the setting.
+std::optional<rdzv::Given> given(const config::LaunchOptions& o, const std::string& name, const std::string& value) {
+  const config::Source s = o.source(name);
+  if (s.kind == config::Source::Kind::default_) return std::nullopt;
+  const bool flag = s.kind == config::Source::Kind::flag;
+  return rdzv::Given{value, flag ? "--" + name : s.where, flag};
+}
+
+}  // namespace
+
+std::string called(const config::LaunchOptions& o, const std::string& name) { return o.source(name).where; }
+
+std::variant<rdzv::Token, Error> resolve_token(const config::LaunchOptions& o) {
+  rdzv::TokenSources sources{given(o, "rdzv_token", o.rdzv_token), std::nullopt,
+                             "--rdzv_token_file or DTLAUNCH_RDZV_TOKEN"};
+  if (!o.rdzv_token_file.empty()) sources.file = given(o, "rdzv_token_file", o.rdzv_token_file);
+  auto token = rdzv::read_token(sources);
+  if (auto* err = std::get_if<rdzv::TokenError>(&token)) return Error{err->what, 2};
+  return std::get<rdzv::Token>(token);
+}
+
+std::variant<RdzvOptions, Error> rdzv_options(const config::LaunchOptions& o, const std::string& host, int port) {
+  auto token = resolve_token(o);
+  if (auto* err = std::get_if<Error>(&token)) return *err;
+  const auto& t = std::get<rdzv::Token>(token);
+  RdzvOptions r;
+  if (!t.warning.empty()) r.warnings.push_back(t.warning);
+  auto& s = r.server;
+  s.host = host;
+  s.port = port;
+  s.credentials = {o.run_id, t.value, "--rdzv_token"};
+  s.round.static_backend = o.rdzv_backend == "static";
+  s.round.min_nodes = o.min_nodes;
+  s.round.max_nodes = o.max_nodes;
+  s.round.max_restarts = o.max_restarts;
+  s.round.join_timeout = ms(o.rdzv_conf.join_timeout_s);
+  s.round.last_call_timeout = ms(o.rdzv_conf.last_call_timeout_s);
+  // The refusals describe another node's settings: they name the flags every agent has.
+  s.round.names = {"--nnodes", "--node_rank", "--max_restarts", "--rdzv_backend"};
+  s.liveness = {ms(o.rdzv_conf.keep_alive_interval_s), o.rdzv_conf.keep_alive_max_attempt};
+  return r;
+}
+
+std::variant<std::pair<std::string, int>, Error> rdzv_endpoint(const config::LaunchOptions& o) {
+  const bool is_static = o.rdzv_backend == "static";
+  std::string endpoint = o.rdzv_endpoint, from = called(o, "rdzv_endpoint");
+  if (endpoint.empty()) {
+    if (!is_static) return Error{"--rdzv_backend=c10d needs --rdzv_endpoint host[:port]", 2};
+    endpoint = o.master_addr + ":" + std::to_string(o.master_port);
+    from = called(o, "master_addr") + " and " + called(o, "master_port");
+  }
+  try {
+    return rdzv::parse_endpoint(endpoint, is_static ? o.master_port : 29400);
+  } catch (const std::invalid_argument& e) {
+    return Error{from + ": " + e.what(), 2};
+  }
+}
+
+AgentHost this_host() {
+  std::random_device random;
+  return {host_name(), rdzv::is_local_address, rdzv::reserve_check, random() * 4294967296ull + random()};
+}
+
+std::variant<AgentSetup, Error> make_agent_options(const config::LaunchOptions& o, const LaunchPlan& plan,
+                                                   const AgentHost& host) {
+  auto ep = rdzv_endpoint(o);
+  if (auto* err = std::get_if<Error>(&ep)) return *err;
+  const auto& [ep_host, ep_port] = std::get<std::pair<std::string, int>>(ep);
+  auto made = rdzv_options(o, ep_host, ep_port);
+  if (auto* err = std::get_if<Error>(&made)) return *err;
+  auto& [server, warnings] = std::get<RdzvOptions>(made);
+
+  AgentSetup setup;
+  setup.warnings = warnings;
+  AgentOptions& a = setup.options;
+  const bool is_static = server.round.static_backend;
+  const auto& conf = o.rdzv_conf;
+  bool hosting = is_static ? o.node_rank == 0 : conf.is_host.value_or(false);
+  if (!is_static && !conf.is_host) hosting = a.host_if_free = host.is_local_address(ep_host);
+
+  auto& c = a.client;
+  c.host = ep_host;
+  c.port = ep_port;
+  c.credentials = server.credentials;
+  c.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(server.round.join_timeout);
+  c.liveness = server.liveness;
+  c.join.host = host.hostname;
+  c.join.addr = o.local_addr;
+  c.join.nproc = plan.nproc;
+  c.join.node_rank = is_static ? o.node_rank : -1;
+  c.join.max_restarts = o.max_restarts;
+  c.join.min_nodes = o.min_nodes;
+  c.join.max_nodes = o.max_nodes;
+  c.join.agent_id = host.agent_id;
+  const rdzv::PortNames names{called(o, "local_addr"), "the workers' port"};
+  auto port = host.reserve_port(o.local_addr.empty() ? "0.0.0.0" : o.local_addr, 0, names);
+  if (auto* why = std::get_if<std::string>(&port)) return Error{"cannot find a free port for the workers: " + *why, 2};
+  c.join.worker_port = std::get<int>(port);
+  if (hosting) a.server = server;
+  return setup;
+}
+
+}  // namespace dtl::launcher

@@ -1,0 +1,135 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "config/command_line.h"
+#include "launcher/rdzv_options.h"
+
+using namespace dtl;
+using namespace std::chrono_literals;
+
+namespace {
+
+using Vars = std::map<std::string, std::string>;
+
+config::LaunchOptions parsed(std::vector<std::string> args, Vars vars = {}, const std::string& yaml = "") {
+  auto env = [vars](const std::string& k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    return it == vars.end() ? std::nullopt : std::optional(it->second);
+  };
+  auto files = [yaml](const std::string& path) -> config::FileRead {
+    if (path != "cfg.yaml" || yaml.empty()) return {config::FileRead::Status::missing, "No such file or directory"};
+    return {config::FileRead::Status::ok, yaml};
+  };
+  if (!yaml.empty()) args.insert(args.begin(), {"--config_file", "cfg.yaml"});
+  args.push_back("train.py");
+  auto r = config::parse_command_line(args, env, files);
+  INFO(r.output);
+  REQUIRE(r.options);
+  return *r.options;
+}
+
+/// A machine that answers without looking: every address is local, every port free.
+launcher::AgentHost fake_host() {
+  return {"node-a", [](const std::string&) { return true; },
+          [](const std::string&, int, const rendezvous::PortNames&) { return rendezvous::PortResult(31000); }, 42};
+}
+
+launcher::AgentSetup agent(const config::LaunchOptions& o, const launcher::AgentHost& host = fake_host()) {
+  launcher::LaunchPlan plan;
+  plan.nproc = 2;
+  auto made = launcher::make_agent_options(o, plan, host);
+  if (auto* err = std::get_if<Error>(&made)) FAIL("unexpected error: " << err->message);
+  return std::get<launcher::AgentSetup>(made);
+}
+
+std::string agent_error(const config::LaunchOptions& o, const launcher::AgentHost& host = fake_host()) {
+  launcher::LaunchPlan plan;
+  auto made = launcher::make_agent_options(o, plan, host);
+  REQUIRE(std::holds_alternative<Error>(made));
+  return std::get<Error>(made).message;
+}
+
+}  // namespace
+
+TEST_CASE("the token flag wins over PET_RDZV_TOKEN, which wins over DTLAUNCH_RDZV_TOKEN, then the config file") {
+  const std::string yaml = "rdzv_token: from-file\n";
+  const Vars both{{"PET_RDZV_TOKEN", "from-pet"}, {"DTLAUNCH_RDZV_TOKEN", "from-dtlaunch"}};
+  auto token = [](const config::LaunchOptions& o) { return std::get<rendezvous::Token>(launcher::resolve_token(o)); };
+  CHECK(token(parsed({"--rdzv_token=from-flag"}, both, yaml)).value == "from-flag");
+  CHECK(token(parsed({}, both, yaml)).value == "from-pet");
+  CHECK(token(parsed({}, {{"DTLAUNCH_RDZV_TOKEN", "from-dtlaunch"}}, yaml)).source == "DTLAUNCH_RDZV_TOKEN");
+  CHECK(token(parsed({}, {}, yaml)).value == "from-file");
+}
+
+TEST_CASE("only a token typed on the command line is warned about, whatever else gave one") {
+  const auto on_flag = agent(parsed({"--nnodes=2", "--rdzv_token=s"}));
+  REQUIRE(on_flag.warnings.size() == 1);
+  CHECK(on_flag.warnings[0] == "--rdzv_token on the command line is visible to every user of this machine (ps); "
+                               "prefer --rdzv_token_file or DTLAUNCH_RDZV_TOKEN");
+  CHECK(agent(parsed({"--nnodes=2"}, {{"PET_RDZV_TOKEN", "s"}})).warnings.empty());
+  CHECK(agent(parsed({"--nnodes=2"}, {{"DTLAUNCH_RDZV_TOKEN", "s"}})).warnings.empty());
+  const auto from_file = agent(parsed({"--nnodes=2"}, {}, "rdzv_token: s\n"));
+  CHECK(from_file.warnings.empty());
+  CHECK(from_file.options.client.credentials.token == "s");
+}
+
+TEST_CASE("an empty token names where it came from") {
+  auto error = [](const config::LaunchOptions& o) { return std::get<Error>(launcher::resolve_token(o)).message; };
+  CHECK(error(parsed({"--rdzv_token="})) == "--rdzv_token is empty");
+  CHECK(error(parsed({}, {{"PET_RDZV_TOKEN", ""}})) == "PET_RDZV_TOKEN is set but empty");
+}
+
+TEST_CASE("the agent's client and server and the rdzv-server get the same timings from --rdzv_conf") {
+  auto o = parsed({"--nnodes=2", "--rdzv_conf=join_timeout=7,last_call_timeout=0.25,keep_alive_interval=0.2,"
+                   "keep_alive_max_attempt=4"});
+  auto a = agent(o).options;
+  REQUIRE(a.server);
+  auto standalone = std::get<launcher::RdzvOptions>(launcher::rdzv_options(o, "", 29400)).server;
+  for (const auto* s : {&*a.server, &standalone}) {
+    CHECK(s->round.join_timeout == 7s);
+    CHECK(s->round.last_call_timeout == 250ms);
+    CHECK(s->liveness.interval == 200ms);
+    CHECK(s->liveness.misses == 4);
+    CHECK(s->liveness.silence_limit() == 800ms);
+    CHECK(s->round.names.node_rank == "--node_rank");
+  }
+  CHECK(a.client.connect_timeout == 7s);
+  CHECK(a.client.liveness.silence_limit() == 800ms);
+  CHECK(a.client.credentials.token_name == "--rdzv_token");
+}
+
+TEST_CASE("a static agent joins its master_addr:master_port with this machine's facts") {
+  auto a = agent(parsed({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=29511",
+                         "--local_addr=10.0.0.2", "--run_id=job42"}))
+               .options;
+  CHECK(a.client.host == "10.0.0.1");
+  CHECK(a.client.port == 29511);
+  CHECK(a.client.credentials.run_id == "job42");
+  CHECK(a.client.join.host == "node-a");
+  CHECK(a.client.join.addr == "10.0.0.2");
+  CHECK(a.client.join.nproc == 2);
+  CHECK(a.client.join.node_rank == 1);
+  CHECK(a.client.join.worker_port == 31000);
+  CHECK(a.client.join.agent_id == 42);
+  CHECK_FALSE(a.server);  // node 0 hosts
+}
+
+TEST_CASE("a --local_addr that does not resolve is named --local_addr, not --master_addr") {
+  auto host = fake_host();
+  host.reserve_port = rendezvous::reserve_check;
+  CHECK_THAT(agent_error(parsed({"--nnodes=2", "--local_addr=no-such-host.invalid"}), host),
+             Catch::StartsWith("cannot find a free port for the workers: cannot resolve --local_addr "
+                               "'no-such-host.invalid': "));
+  CHECK_THAT(agent_error(parsed({"--nnodes=2"}, {{"PET_LOCAL_ADDR", "no-such-host.invalid"}}), host),
+             Catch::StartsWith("cannot find a free port for the workers: cannot resolve PET_LOCAL_ADDR "));
+}
+
+TEST_CASE("bad endpoints name the setting that gave them") {
+  CHECK(agent_error(parsed({"--nnodes=2", "--rdzv_backend=c10d"})) ==
+        "--rdzv_backend=c10d needs --rdzv_endpoint host[:port]");
+  CHECK(agent_error(parsed({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=host:99999"})) ==
+        "--rdzv_endpoint: port '99999' is not in 1..65535");
+  CHECK(agent_error(parsed({"--nnodes=2", "--master_port=0"})) ==
+        "--master_addr and --master_port: port '0' is not in 1..65535");
+}
