@@ -8,10 +8,10 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/error.h"
 #include "launcher/agent_state.h"
 #include "launcher/failure.h"
 #include "launcher/group_signals.h"
-#include "launcher/posix_io.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/ports.h"
 
@@ -42,9 +42,7 @@ class ElasticAgent final : public Runner {
         signals(io, plan.signals, group, [this](int sig) { apply(state.on_signal(sig)); }) {}
 
   int run() override {
-    if (opts.server) {
-      if (auto code = host_rendezvous()) return *code;
-    }
+    if (opts.server) host_rendezvous();
     client = std::make_unique<rdzv::Client>(
         io, opts.client,
         rdzv::Client::Callbacks{[this](const rdzv::Round& r) { apply(state.on_round(r)); },
@@ -74,8 +72,9 @@ class ElasticAgent final : public Runner {
     return duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
 
-  /// Starts the rendezvous server this node hosts; an exit code when that is bad input.
-  std::optional<int> host_rendezvous() {
+  /// Starts the rendezvous server this node hosts; throws ErrorException when that is bad input
+  /// (nothing has started yet).
+  void host_rendezvous() {
     try {
       server = std::make_unique<rdzv::Server>(io, *opts.server);
       spdlog::info("hosting the rendezvous on {}:{}", opts.server->host, server->port());
@@ -85,17 +84,14 @@ class ElasticAgent final : public Runner {
         std::string msg = is_static ? "--master_port " + std::to_string(opts.server->port) + " is already in use on " +
                                           opts.server->host + ": is another node 0 of this job running?"
                                     : e.what();
-        console.write(2, "dtlaunch: error: " + msg + "\n");  // after what is queued already
-        return 2;
+        throw ErrorException(Error{msg, 2});
       }
       spdlog::info("the rendezvous on {}:{} is hosted by another agent on this machine", opts.server->host,
                    opts.server->port);
     } catch (const std::runtime_error& e) {
       // an address that does not resolve or is not this machine's: bad input, nothing started
-      console.write(2, std::string("dtlaunch: error: ") + e.what() + "\n");
-      return 2;
+      throw ErrorException(Error{e.what(), 2});
     }
-    return std::nullopt;
   }
 
   void apply(const AgentState::Actions& actions) {

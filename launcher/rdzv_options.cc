@@ -4,7 +4,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "launcher/posix_io.h"
+#include "base/posix.h"
 
 namespace dtl::launcher {
 namespace rdzv = dtl::rendezvous;
@@ -76,7 +76,7 @@ std::variant<std::pair<std::string, int>, Error> rdzv_endpoint(const config::Lau
 
 AgentHost this_host() {
   std::random_device random;
-  return {host_name(), rdzv::is_local_address, rdzv::reserve_check, random() * 4294967296ull + random()};
+  return {posix::host_name(), rdzv::is_local_address, rdzv::reserve_check, random() * 4294967296ull + random()};
 }
 
 std::variant<AgentSetup, Error> make_agent_options(const config::LaunchOptions& o, const LaunchPlan& plan,

@@ -19,7 +19,7 @@
 #include "launcher/console.h"
 #include "launcher/failure.h"
 #include "launcher/line_prefixer.h"
-#include "launcher/posix_io.h"
+#include "base/posix.h"
 #include "launcher/spawn.h"
 #include "launcher/worker_env.h"
 
@@ -204,7 +204,7 @@ struct WorkerGroup::Impl {
   }
 
   void deliver(Stream& s, size_t n) {
-    if (s.file_fd >= 0) write_all(s.file_fd, std::string_view(s.buf.data(), n));
+    if (s.file_fd >= 0) posix::write_all(s.file_fd, std::string_view(s.buf.data(), n));
     if (s.prefixer) {
       scratch.clear();
       s.prefixer->feed(std::string_view(s.buf.data(), n), scratch);

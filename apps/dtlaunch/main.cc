@@ -23,7 +23,6 @@
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
-#include "launcher/posix_io.h"
 #include "launcher/rdzv_options.h"
 #include "launcher/supervisor.h"
 #include "rendezvous/ports.h"
@@ -119,8 +118,13 @@ int main(int argc, char** argv) {
     if (logs.temporary() && !plan.writes_log_files()) guard.remove_on_death(logs.root());
     boost::asio::io_context io;
     auto runner = agent_options ? launcher::make_elastic_agent(io, console, plan, logs, guard, *agent_options)
-                                : launcher::make_supervisor(io, console, plan, logs, guard, launcher::host_name());
-    const int code = runner->run();
+                                : launcher::make_supervisor(io, console, plan, logs, guard, posix::host_name());
+    int code = 0;
+    try {
+      code = runner->run();
+    } catch (const ErrorException& e) {  // refused before anything started (a taken rendezvous port)
+      code = fail(e.error());
+    }
     const bool wrote_files = runner->wrote_log_files();
     const bool keep = !plan.log_dir.empty() || wrote_files;
     if (keep && logs.temporary()) spdlog::info("per-rank logs are in {}", logs.path().string());
