@@ -61,5 +61,6 @@ set(CPACK_DEBIAN_TRAINER_PACKAGE_DEPENDS "dtlaunch (= ${PROJECT_VERSION})")
 set(CPACK_COMPONENT_LAUNCHER_DESCRIPTION
     "dtlaunch starts one worker per GPU with torchrun's environment and supervises them.\n It takes torchrun's flags and accelerate's config files, and starts in milliseconds.")
 set(CPACK_COMPONENT_TRAINER_DESCRIPTION "dtl-train, dtlaunch's libtorch reference DDP worker (GPT-2-style model).")
+set(CPACK_STRIP_FILES ON)
 set(CPACK_GENERATOR DEB)
 include(CPack)
