@@ -2,13 +2,21 @@
 
 namespace dtl::commands {
 
+const std::vector<Subcommand>& subcommands() {
+  static const std::vector<Subcommand> kSubcommands = {
+      {"config", run_config, "write a config file by answering questions; default, show, validate FILE",
+       "default show validate"},
+      {"env", run_env, "versions, OS, GPUs and the settings in effect, for a bug report", ""},
+      {"rdzv-server", run_rdzv_server, "run a multi-node job's rendezvous on its own", ""},
+      {"completion", run_completion, "print shell completion (bash, zsh) or the man page (man)", "bash zsh man"},
+  };
+  return kSubcommands;
+}
+
 std::optional<int> run_subcommand(const std::vector<std::string>& args, const config::EnvLookup& env) {
-  using Run = int (*)(const std::vector<std::string>&, const config::EnvLookup&);
-  static const std::pair<const char*, Run> kSubcommands[] = {
-      {"config", run_config}, {"env", run_env}, {"rdzv-server", run_rdzv_server}};
   if (args.empty()) return std::nullopt;
-  for (const auto& [name, run] : kSubcommands) {
-    if (args[0] == name) return run(std::vector<std::string>(args.begin() + 1, args.end()), env);
+  for (const auto& s : subcommands()) {
+    if (args[0] == s.name) return s.run(std::vector<std::string>(args.begin() + 1, args.end()), env);
   }
   return std::nullopt;
 }

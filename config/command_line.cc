@@ -93,6 +93,23 @@ class CommandLine {
     return std::nullopt;
   }
 
+  std::vector<OptionDoc> docs() const {
+    std::vector<OptionDoc> out;
+    for (const CLI::Option* o : app_.get_options()) {
+      if (o->get_group().empty()) continue;  // hidden
+      OptionDoc d{{}, o->get_expected_min() > 0, o->get_group(), o->get_description(), {}, o == config_option_};
+      for (const auto& s : o->get_snames()) d.spellings.push_back("-" + s);
+      for (const auto& l : o->get_lnames()) d.spellings.push_back("--" + l);
+      if (auto row = std::find(options_.begin(), options_.end(), o); row != options_.end()) {
+        const Flag& f = flags()[static_cast<size_t>(row - options_.begin())];
+        d.choices.assign(f.choices.begin(), f.choices.end());
+        d.names_path = f.names_path;
+      }
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
   /// Row `i`'s value and the spelling that gave it, when the command line has it.
   std::optional<Resolved> given(size_t i) const {
     const Flag& f = flags()[i];
@@ -262,6 +279,8 @@ EnvLookup process_env() {
     return std::string(v);
   };
 }
+
+std::vector<OptionDoc> option_docs() { return CommandLine().docs(); }
 
 ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLookup& env,
                                const ReadFile& files) {

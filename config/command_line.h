@@ -29,6 +29,19 @@ struct ParseResult {
   std::optional<LaunchOptions> shown;    ///< with --print_config: the settings printed
 };
 
+/// One option of dtlaunch's command line as --help shows it, for the man page and completion.
+struct OptionDoc {
+  std::vector<std::string> spellings;  ///< "-r", "--redirects"
+  bool takes_value = false;
+  std::string group;  ///< the --help section
+  std::string help;
+  std::vector<std::string> choices;  ///< the words the value may be; empty: any
+  bool names_path = false;           ///< the value is a file or folder
+};
+
+/// Every option --help lists, in its order.
+std::vector<OptionDoc> option_docs();
+
 /// Parses the arguments after argv[0], with the config file in effect (--config_file,
 /// $DTLAUNCH_CONFIG_FILE or the default one) read through `files`. Precedence, for every setting:
 /// flag > PET_*/DTLAUNCH_*/accelerate's variable > config file > default, and each setting's Source

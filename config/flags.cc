@@ -57,6 +57,9 @@ double seconds(const std::string& text) {
   return v;
 }
 
+/// A row's choices, for its parser (the table is complete by the time a parser runs).
+std::vector<std::string> choices(Setting id);
+
 void accepted(const std::string&, LaunchOptions&) {}  // torchrun's flags that dtlaunch has no use for
 
 const char* kWorkers = "Workers";
@@ -76,6 +79,7 @@ const std::vector<Flag> kFlags = {
      .group = kWorkers,
      .help = "workers on this node: a count, `gpu` (visible GPUs; an error if none), `cpu` (CPUs in the affinity "
              "mask), `auto` (GPUs if any, else CPUs)",
+     .choices = {"gpu", "cpu", "auto"},
      .apply = [](const S& t, O& o) { o.nproc_per_node = parse_nproc(t); }},
     {.id = Setting::nnodes, .name = "nnodes", .accelerate_key = "num_machines", .default_value = "1", .group = kNodes,
      .help = "number of nodes, N or MIN:MAX (elastic)",
@@ -98,7 +102,8 @@ const std::vector<Flag> kFlags = {
      .apply = [](const S& t, O& o) { o.standalone = parse_bool(t); }},
     {.id = Setting::rdzv_backend, .name = "rdzv_backend", .accelerate_key = "rdzv_backend", .accelerate_as_is = true,
      .default_value = "static", .group = kNodes, .help = "rendezvous backend: `static` or `c10d`",
-     .apply = [](const S& t, O& o) { o.rdzv_backend = one_of(t, {"static", "c10d"}); }},
+     .choices = {"static", "c10d"},
+     .apply = [](const S& t, O& o) { o.rdzv_backend = one_of(t, choices(Setting::rdzv_backend)); }},
     {.id = Setting::rdzv_endpoint, .name = "rdzv_endpoint", .group = kNodes, .help = "rendezvous endpoint `host[:port]`",
      .apply = [](const S& t, O& o) { o.rdzv_endpoint = trim(t); }},
     {.id = Setting::rdzv_id, .name = "rdzv_id", .group = kNodes, .help = "job id, an alias of `--run_id`",
@@ -114,6 +119,7 @@ const std::vector<Flag> kFlags = {
      .help = "shared secret that nodes prove with HMAC-SHA256 (never sent); `ps` shows a flag, the variable it does not",
      .apply = [](const S& t, O& o) { o.rdzv_token = t; }},
     {.id = Setting::rdzv_token_file, .name = "rdzv_token_file", .group = kNodes, .help = "file holding the shared secret",
+     .names_path = true,
      .apply = [](const S& t, O& o) { o.rdzv_token_file = t; }},
     {.id = Setting::run_id, .name = "run_id", .default_shown = "`none`", .group = kNodes,
      .help = "job id, exported as `TORCHELASTIC_RUN_ID`", .apply = [](const S& t, O& o) {
@@ -144,7 +150,8 @@ const std::vector<Flag> kFlags = {
      .help = "accepted for torchrun's command lines: runs the script through `python3`",
      .apply = [](const S& t, O&) { parse_bool(t); }},
     {.id = Setting::log_dir, .name = "log_dir", .default_shown = "temporary", .group = kOutput,
-     .help = "base of the per-rank files, in torchrun's layout", .apply = [](const S& t, O& o) { o.log_dir = t; }},
+     .help = "base of the per-rank files, in torchrun's layout", .names_path = true,
+     .apply = [](const S& t, O& o) { o.log_dir = t; }},
     {.id = Setting::redirects, .name = "redirects", .short_name = "-r", .default_value = "0", .group = kOutput,
      .help = "worker streams to files instead of the console: 0 none, 1 stdout, 2 stderr, 3 both; or per local "
              "rank, `0:1,1:3`",
@@ -172,10 +179,11 @@ const std::vector<Flag> kFlags = {
     {.id = Setting::gpu_visibility, .name = "gpu_visibility", .default_value = "per_worker", .group = kGpus,
      .help = "`per_worker`: each worker's `CUDA_VISIBLE_DEVICES` is its own GPU; `all`: every worker sees every "
              "GPU (torchrun's behaviour)",
+     .choices = {"per_worker", "all"},
      .apply = [](const S& t, O& o) {
        std::string v = trim(t);
        if (v == "per-worker") v = "per_worker";
-       o.gpu_visibility = one_of(v, {"per_worker", "all"}) == "all" ? GpuVisibility::all : GpuVisibility::per_worker;
+       o.gpu_visibility = one_of(v, choices(Setting::gpu_visibility)) == "all" ? GpuVisibility::all : GpuVisibility::per_worker;
      }},
     {.id = Setting::fake_gpus, .name = "fake_gpus", .variables = {"DTLAUNCH_FAKE_GPUS"}, .group = kGpus,
      .help = "pretend to have N GPUs: the whole path runs on a machine without one", .apply = [](const S& t, O& o) {
@@ -184,10 +192,13 @@ const std::vector<Flag> kFlags = {
     {.id = Setting::mixed_precision, .name = "mixed_precision", .variables = {"ACCELERATE_MIXED_PRECISION"},
      .accelerate_key = "mixed_precision", .accelerate_as_is = true, .type = Type::text_or_no, .group = kAccelerate,
      .help = "`no`, `fp16`, `bf16` or `fp8`: `ACCELERATE_MIXED_PRECISION` for the workers",
+     .choices = {"no", "fp16", "bf16", "fp8"},
      .apply = [](const S& t, O& o) {
        o.mixed_precision = text::lower(trim(t));
-       const std::set<std::string> known = {"", "no", "fp16", "bf16", "fp8"};
-       if (!known.count(o.mixed_precision)) throw std::invalid_argument("expected one of no, fp16, bf16, fp8");
+       const auto known = choices(Setting::mixed_precision);
+       if (!o.mixed_precision.empty() && std::find(known.begin(), known.end(), o.mixed_precision) == known.end()) {
+         throw std::invalid_argument("expected one of " + text::join(known, ", "));
+       }
      }},
     {.id = Setting::use_cpu, .name = "use_cpu", .variables = {"ACCELERATE_USE_CPU"}, .accelerate_key = "use_cpu",
      .type = Type::switch_, .group = kAccelerate,
@@ -204,6 +215,11 @@ const std::vector<Flag> kFlags = {
 #pragma GCC diagnostic pop
 
 std::string code(const std::string& s) { return "`" + s + "`"; }
+
+std::vector<std::string> choices(Setting id) {
+  const auto& words = kFlags.at(static_cast<size_t>(id)).choices;
+  return {words.begin(), words.end()};
+}
 
 }  // namespace
 

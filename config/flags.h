@@ -41,6 +41,8 @@ struct Flag {
   const char* default_shown = "";  ///< what an unset default means, for --help and README, or ""
   const char* group = "";          ///< the --help section
   const char* help = "";           ///< one line; `code` in backquotes
+  std::vector<const char*> choices = {};  ///< the words the value may be (completion offers them)
+  bool names_path = false;                ///< the value is a file or folder (completion offers paths)
   /// Parses the text into `o`; throws std::invalid_argument with the reason ("expected ...").
   void (*apply)(const std::string& text, LaunchOptions& o) = nullptr;
 };

@@ -11,6 +11,7 @@ packages=(
   libopenblas0-pthread   # libtorch's CPU matrix products: Debian's default reference BLAS is ~20x slower
   libssl-dev   # HMAC for the authenticated rendezvous
   iproute2 procps
+  dpkg-dev python3-venv   # the .deb's Depends (dpkg-shlibdeps) and the pip wheel's build (scripts/package.sh)
 )
 
 missing=()

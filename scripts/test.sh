@@ -3,13 +3,30 @@
 # (clang, libFuzzer), then every unit and end-to-end test through ctest, then, where the CUDA
 # toolkit is installed, a compile-and-link check of dtl-train's NCCL build against the pip torch
 # wheel's libtorch (scripts/build-cuda.sh with CHECK_ONLY=1: no GPU needed; ~1.5 min download of
-# the wheel and ~2-4 min of building). NCCL_CHECK=0 skips that last step.
+# the wheel and ~2-4 min of building). NCCL_CHECK=0 skips that last step. Between the two, the
+# packages: the .deb and the pip wheel (PACKAGING_CHECK=0 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/fuzz.sh 30 frame_decoder_fuzz
 scripts/build.sh -DDTL_BUILD_TESTS=ON
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
+# The packages, after the suite because they build again: the .deb (dpkg -i, run, dpkg -r; root
+# only) and the pip wheel (scikit-build-core and auditwheel from PyPI; a static build, ~3 min on 2
+# cores). PACKAGING_CHECK=0 skips them.
+if [ "${PACKAGING_CHECK:-1}" = 0 ]; then
+  echo "test.sh: PACKAGING_CHECK=0: the .deb and the wheel are not checked"
+else
+  for kind in deb wheel; do
+    start=$SECONDS
+    package=$(scripts/package.sh "$kind" | tail -1)
+    rc=0
+    python3 "tests/packaging/test_$kind.py" "$package" || rc=$?
+    [ "$rc" = 77 ] && echo "test.sh: the $kind check SKIPPED (above)"
+    [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
+    echo "test.sh: $kind built and checked in $((SECONDS - start)) s"
+  done
+fi
 free_kb=$(df -Pk . | awk 'NR == 2 {print $4}')
 if [ "${NCCL_CHECK:-1}" = 0 ]; then
   echo "test.sh: NCCL_CHECK=0: the NCCL build of dtl-train is not checked"

@@ -1,0 +1,3 @@
+from dtlaunch import main
+
+main()

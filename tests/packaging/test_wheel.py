@@ -1,0 +1,59 @@
+"""The pip wheel (scripts/package.sh wheel) installed into a fresh venv, offline: `dtlaunch` is on the
+venv's PATH, needs nothing but glibc, runs a fake-GPU job, and `python -m dtlaunch` works too.
+Usage: test_wheel.py WHEEL"""
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from installed import check_runs, elf_needs, project_version  # noqa: E402
+
+WHEEL = sys.argv.pop(1) if len(sys.argv) > 1 else ""
+GLIBC = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"}
+
+
+class WheelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="dtl_wheel_")
+        cls.venv = os.path.join(cls.tmp.name, "venv")
+        subprocess.run([sys.executable, "-m", "venv", cls.venv], check=True)
+        subprocess.run([os.path.join(cls.venv, "bin", "pip"), "install", "-q", "--no-index",
+                        "--disable-pip-version-check", WHEEL], check=True)
+        cls.exe = os.path.join(cls.venv, "bin", "dtlaunch")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_the_wheel_is_named_for_the_project_version_and_a_manylinux_glibc(self):
+        name = os.path.basename(WHEEL)
+        self.assertTrue(name.startswith(f"dtlaunch-{project_version()}-py3-none-manylinux_2_"), name)
+
+    def test_dtlaunch_on_the_venv_path_is_the_program_itself_needing_only_glibc(self):
+        with open(self.exe, "rb") as f:
+            self.assertEqual(f.read(4), b"\x7fELF")  # no Python start-up in front of every launch
+        needs = elf_needs(self.exe)
+        self.assertTrue(all(n in GLIBC or n.startswith("/lib64/ld-linux") for n in needs), needs)
+
+    def test_it_runs_a_fake_gpu_job_from_the_venv(self):
+        check_runs(self, self.exe)
+
+    def test_python_dash_m_dtlaunch_runs_the_same_program(self):
+        py = os.path.join(self.venv, "bin", "python")
+        out = subprocess.run([py, "-m", "dtlaunch", "--version"], capture_output=True, text=True, timeout=30)
+        self.assertEqual((out.returncode, out.stdout.strip()), (0, "dtlaunch " + project_version()), out.stderr)
+
+    def test_the_man_page_and_completion_are_under_the_venv_share(self):
+        for path in ["share/man/man1/dtlaunch.1", "share/bash-completion/completions/dtlaunch",
+                     "share/zsh/vendor-completions/_dtlaunch"]:
+            self.assertTrue(os.path.isfile(os.path.join(self.venv, path)), path)
+
+
+if __name__ == "__main__":
+    if not WHEEL or not glob.glob(WHEEL):
+        sys.exit("usage: test_wheel.py WHEEL (build it with scripts/package.sh wheel)")
+    unittest.main(verbosity=2)
