@@ -4,9 +4,12 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "base/error.h"
+#include "base/posix.h"
 #include "commands/commands.h"
 #include "commands/terminal.h"
 #include "config/config_file.h"
+#include "config/flags.h"
 #include "config/wizard.h"
 #include "launcher/gpus.h"
 
@@ -77,7 +80,7 @@ std::variant<ConfigArgs, std::string> parse_args(const std::vector<std::string>&
 }
 
 int fail(const std::string& message, int code = 2) {
-  std::cerr << "dtlaunch: error: " << message << "\n";
+  std::cerr << error_line(Error{message, code});
   return code;
 }
 
@@ -86,31 +89,26 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-std::string hostname() {
-  char name[256] = {0};
-  if (gethostname(name, sizeof name - 1) != 0) return "";
-  return name;
-}
-
-/// --fake_gpus, else DTLAUNCH_FAKE_GPUS, else PET_FAKE_GPUS: the same as a launch.
+/// --fake_gpus, else its variables, as a launch reads them (the flag table's row).
 std::variant<config::MachineFacts, std::string> machine_facts(const ConfigArgs& a, const config::EnvLookup& env) {
+  const config::Flag& row = config::flag(config::Setting::fake_gpus);
   std::optional<std::string> fake = a.fake_gpus;
   std::string from = "--fake_gpus";
-  for (const char* name : {"PET_FAKE_GPUS", "DTLAUNCH_FAKE_GPUS"}) {
+  for (const auto& name : config::variable_names(row)) {
     if (!fake && env(name)) {
       fake = env(name);
       from = name;
     }
   }
-  std::optional<int> count;
-  if (fake && !fake->empty()) {
-    char* end = nullptr;
-    long n = std::strtol(fake->c_str(), &end, 10);
-    if (*end != '\0' || n < 0 || n > 1024) return from + ": expected a GPU count in 0..1024 (got '" + *fake + "')";
-    count = static_cast<int>(n);
+  config::LaunchOptions parsed;
+  try {
+    if (fake) row.apply(*fake, parsed);
+  } catch (const std::invalid_argument& e) {
+    return from + ": " + e.what() + " (got '" + *fake + "')";
   }
+  const std::optional<int> count = parsed.fake_gpus;
   auto inventory = launcher::discover_gpus(count);
-  return config::MachineFacts{static_cast<int>(inventory.gpus.size()), inventory.source, hostname()};
+  return config::MachineFacts{static_cast<int>(inventory.gpus.size()), inventory.source, posix::host_name()};
 }
 
 /// The file that is written: --config_file, else $DTLAUNCH_CONFIG_FILE, else the default path.

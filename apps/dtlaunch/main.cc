@@ -38,8 +38,6 @@ void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
   spdlog::set_default_logger(logger);
 }
 
-/// The one place where dtlaunch's errors get their prefix.
-std::string error_line(const dtl::Error& e) { return "dtlaunch: error: " + e.message + "\n"; }
 
 }  // namespace
 

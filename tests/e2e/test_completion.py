@@ -41,7 +41,9 @@ class BashCompletionTest(unittest.TestCase):
         cls.tmp.cleanup()
 
     def complete(self, line, cwd=None):
-        """What <TAB> offers at the end of `line` (a non-interactive bash, as the completion runs)."""
+        """What <TAB> offers at the end of `line` (a non-interactive bash, as the completion runs), in
+        an empty folder unless `cwd` is given (paths are offered where the program's name is)."""
+        cwd = cwd or self.tmp.name
         words = line.split(" ")
         script = (f"source {self.script}\n"
                   f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
@@ -81,6 +83,12 @@ class BashCompletionTest(unittest.TestCase):
         self.assertEqual(self.complete("dtlaunch config "), ["default", "show", "validate"])
         self.assertEqual(self.complete("dtlaunch completion "), ["bash", "man", "zsh"])
 
+    def test_paths_after_a_subcommand_s_own_word(self):
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "cfg.yaml"), "w").close()
+            self.assertEqual(self.complete("dtlaunch config validate c", cwd=d), ["cfg.yaml"])
+            self.assertEqual(self.complete("dtlaunch config --config_file c", cwd=d), ["cfg.yaml"])
+
     def test_every_flag_of_help_is_offered(self):
         offered = set(self.complete("dtlaunch -"))
         self.assertEqual(help_spellings() - offered, set())
@@ -109,6 +117,11 @@ class ZshAndManTest(unittest.TestCase):
         out = subprocess.run([DTLAUNCH, "completion", "fish"], capture_output=True, text=True, timeout=30)
         self.assertEqual(out.returncode, 2)
         self.assertEqual(out.stderr, "dtlaunch completion: error: expected one of bash, zsh, man (got 'fish')\n")
+
+    def test_zsh_offers_a_subcommand_s_words(self):
+        text = generated("zsh")
+        self.assertIn("config) (( CURRENT == 2 )) && compadd default show validate || _files ;;", text)
+        self.assertIn("completion) (( CURRENT == 2 )) && compadd bash zsh man || _files ;;", text)
 
 
 if __name__ == "__main__":
