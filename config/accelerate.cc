@@ -126,6 +126,8 @@ void add_deepspeed(const LaunchOptions& o, const Settings& s, const AccelerateHo
   }
   path.push_back(host.cwd);
   vars.emplace_back("PYTHONPATH", text::join(path, ":"));
+  // accelerate's DeepSpeed launcher imports deepspeed, whose __init__ does os.environ.setdefault() this.
+  if (!host.env("PYTORCH_NVML_BASED_CUDA_CHECK")) vars.emplace_back("PYTORCH_NVML_BASED_CUDA_CHECK", "1");
   std::vector<std::string> fields = o.accelerate.deepspeed_fields;
   if (o.source("mixed_precision").kind == Source::Kind::file) fields.push_back("mixed_precision");
   vars.emplace_back("ACCELERATE_CONFIG_DS_FIELDS", text::lower(text::join(fields)));

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/accelerate.h"
 #include "config/config_file.h"
 #include "config/text.h"
 
@@ -340,6 +341,11 @@ void take_accelerate_facts(bool launch, const ConfigFile* file, const std::vecto
     o.accelerate.chosen |= settings[static_cast<size_t>(id)].source.kind != Source::Kind::default_;
   }
   o.accelerate.chosen |= accelerate_file;
+  // accelerate's --gradient_clipping is a float: str(1.0) is "1.0"; a file's value is as YAML wrote it.
+  auto clipping = o.accelerate.values.find("gradient_clipping");
+  if (clipping != o.accelerate.values.end() && o.source("gradient_clipping").kind != Source::Kind::file) {
+    clipping->second = python_float(std::strtod(clipping->second.c_str(), nullptr));
+  }
   const Source cpu = o.source("use_cpu");
   o.accelerate.use_cpu = o.use_cpu;
   if (accelerate_file) {
@@ -431,6 +437,13 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   std::vector<Resolved> settings;
   for (size_t i = 0; i < flags().size(); ++i) settings.push_back(resolve(i, cl, env, in_effect));
   if (auto error = accelerate_spellings(cl, settings)) return failed(*error);
+  Resolved& visibility = row(settings, Setting::gpu_visibility);
+  if ((launch || (file && file->format == ConfigFile::Format::accelerate)) &&
+      visibility.source.kind == Source::Kind::default_) {
+    // accelerate's workers pick cuda:LOCAL_RANK (Accelerator does), so they must all see every GPU.
+    visibility.text = "all";
+    visibility.source.note = "accelerate: every worker sees every GPU";
+  }
   if (auto error = parse_settings(settings, o)) return failed(*error);
   take_accelerate_facts(launch, in_effect, settings, o);
   std::vector<EffectiveSetting> env_settings;

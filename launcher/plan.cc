@@ -151,7 +151,8 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
                                " GPUs round-robin (NCCL refuses two ranks on one GPU)");
       }
     } else {
-      const bool narrowed = o.gpu_ids || host.gpus.source == "fake";
+      // Fake GPUs are narrowed to themselves, except for accelerate, which names only its gpu_ids.
+      const bool narrowed = o.gpu_ids || (host.gpus.source == "fake" && !o.accelerate.launch);
       for (auto& v : plan.cuda_visible_devices) v = narrowed ? std::optional<std::string>(text::join(gpus)) : std::nullopt;
       plan.notices.push_back(std::to_string(plan.nproc) + " workers on " + std::to_string(ngpus) + " " + how +
                              "; gpu_visibility=all: every worker sees GPUs " + text::join(gpus) +
