@@ -437,6 +437,9 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   std::vector<Resolved> settings;
   for (size_t i = 0; i < flags().size(); ++i) settings.push_back(resolve(i, cl, env, in_effect));
   if (auto error = accelerate_spellings(cl, settings)) return failed(*error);
+  Resolved& nproc = row(settings, Setting::nproc_per_node);
+  const bool nproc_unset = launch && nproc.source.kind == Source::Kind::default_;
+  if (nproc_unset) nproc.source.note = "accelerate launch: one per GPU when the machine has GPUs";
   Resolved& visibility = row(settings, Setting::gpu_visibility);
   if ((launch || (file && file->format == ConfigFile::Format::accelerate)) &&
       visibility.source.kind == Source::Kind::default_) {
@@ -446,6 +449,7 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   }
   if (auto error = parse_settings(settings, o)) return failed(*error);
   take_accelerate_facts(launch, in_effect, settings, o);
+  if (nproc_unset) o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
   std::vector<EffectiveSetting> env_settings;
   if (file) {
     env_settings = add_file_env(*file, env, o);

@@ -12,7 +12,8 @@ namespace dtl::config {
 
 /// `--nproc_per_node`: a count, or a word resolved against the machine.
 struct NprocSpec {
-  enum class Kind { count, gpu, cpu, auto_ } kind = Kind::count;
+  /// gpu_or_one: accelerate launch given no num_processes (one per GPU, else one); never typed.
+  enum class Kind { count, gpu, cpu, auto_, gpu_or_one } kind = Kind::count;
   int count = 1;
 };
 

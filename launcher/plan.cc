@@ -127,6 +127,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
     case NprocSpec::Kind::count: plan.nproc = o.nproc_per_node.count; break;
     case NprocSpec::Kind::cpu: plan.nproc = host.cpu_count; break;
     case NprocSpec::Kind::auto_: plan.nproc = ngpus > 0 ? ngpus : host.cpu_count; break;
+    case NprocSpec::Kind::gpu_or_one: plan.nproc = ngpus > 0 ? ngpus : 1; break;
     case NprocSpec::Kind::gpu:
       if (ngpus == 0) {
         return error(o.named("nproc_per_node", "gpu") + " but no GPU is visible (" +

@@ -71,6 +71,14 @@ TEST_CASE("dtlaunch launch ARGS is dtlaunch ARGS with accelerate's meaning of th
   CHECK(ok({"--num_processes=2", "t.py"}).nproc_per_node.count == 2);
 }
 
+TEST_CASE("dtlaunch launch without num_processes runs one worker per GPU, else one, as accelerate launch does") {
+  CHECK(ok({"launch", "t.py"}).nproc_per_node.kind == NprocSpec::Kind::gpu_or_one);
+  CHECK(ok({"t.py"}).nproc_per_node.kind == NprocSpec::Kind::count);  // torchrun's default of 1 stays
+  const std::string shown = parse({"launch", "--print_config"}).output;
+  CHECK(shown.find("nproc_per_node: 1 ") != std::string::npos);
+  CHECK(shown.find(" # default (accelerate launch: one per GPU when the machine has GPUs)\n") != std::string::npos);
+}
+
 TEST_CASE("two machines not on one network meet at main_process_ip:main_process_port") {
   auto o = ok({"launch", "--num_machines=2", "--num_processes=4", "--main_process_ip=h", "--main_process_port=29600",
                "t.py"});
