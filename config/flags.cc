@@ -92,6 +92,11 @@ void number(const S& t) {
 }
 
 // Each row names only the fields it sets; the others keep their defaults (GCC 12 warns of them).
+Flag with_short(Flag f, const char* short_name) {
+  f.short_name = short_name;
+  return f;
+}
+
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
@@ -254,8 +259,9 @@ const std::vector<Flag> kFlags = {
     acc(Setting::main_training_function, "main_training_function", kAccLaunch, Type::text,
         "accepted: accelerate uses it on TPUs only"),
     acc(Setting::downcast_bf16, "downcast_bf16", kAccLaunch, Type::switch_, "accepted: accelerate uses it on TPUs only"),
-    acc(Setting::quiet, "quiet", kAccLaunch, Type::switch_,
-        "accepted: dtlaunch never prints a Python stack trace for a failed worker"),
+    with_short(acc(Setting::quiet, "quiet", kAccLaunch, Type::switch_,
+                   "accepted: dtlaunch never prints a Python stack trace for a failed worker"),
+               "-q"),
     acc(Setting::dynamo_backend, "dynamo_backend", kAccDynamo, Type::text_or_no, "`ACCELERATE_DYNAMO_BACKEND` (default no)",
         [](const S& t, O&) {
           if (!trim(t).empty()) one_of(text::upper(t), kDynamoBackends);

@@ -7,27 +7,19 @@
 
 #include "config/accelerate.h"
 #include "config/command_line.h"
+#include "fake_env.h"
 
 using namespace dtl::config;
+using dtl::test::env_of;
+using dtl::test::files_of;
 
 namespace {
 
 using Vars = std::map<std::string, std::string>;
 
-EnvLookup env_of(Vars vars) {
-  return [vars](const std::string& k) -> std::optional<std::string> {
-    auto it = vars.find(k);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
-
 /// The command line, with `acc.yaml` holding `yaml` when given, and no default file.
 ParseResult parse(std::vector<std::string> args, const std::string& yaml = "") {
-  return parse_command_line(args, env_of({}), [yaml](const std::string& path) -> FileRead {
-    if (path != "acc.yaml" || yaml.empty()) return {FileRead::Status::missing, "No such file or directory"};
-    return {FileRead::Status::ok, yaml};
-  });
+  return parse_command_line(args, env_of({}), yaml.empty() ? files_of({}) : files_of({{"acc.yaml", yaml}}));
 }
 
 LaunchOptions ok(std::vector<std::string> args, const std::string& yaml = "") {
