@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -84,7 +85,8 @@ class AccelerateParity(LaunchTest):
             with open(os.path.join(cwd, case["config_file"]), "w") as f:
                 f.write(text)
             config = ["--config_file", case["config_file"]]
-        base = self.env(HOME=home, PARITY_OUT=out, LANG="C.UTF-8")
+        # The test's own interpreter: a `python3` on PATH may be a shim that adds variables of its own.
+        base = self.env(HOME=home, PARITY_OUT=out, LANG="C.UTF-8", PYTHON_EXEC=sys.executable)
         procs = [subprocess.Popen([*command, *config, *[a.replace("{port}", port) for a in args], *extra,
                                    "dump_env.py"], cwd=cwd, env=base, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True) for args in case["machines"]]
