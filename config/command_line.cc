@@ -336,7 +336,11 @@ std::optional<Error> parse_settings(const std::vector<Resolved>& settings, Launc
 /// own use_cpu, and the meaning of gpu_ids.
 void take_accelerate_facts(bool launch, const ConfigFile* file, const std::vector<Resolved>& settings, LaunchOptions& o) {
   const bool accelerate_file = file && file->format == ConfigFile::Format::accelerate;
-  o.accelerate.launch = launch || accelerate_file;
+  // An accelerate setting given in dtlaunch's own terms is never dropped: the workers get accelerate's variables.
+  const bool accelerate_setting = std::any_of(settings.begin(), settings.end(), [](const Resolved& s) {
+    return s.flag->accelerate_only && s.source.kind != Source::Kind::default_;
+  });
+  o.accelerate.launch = launch || accelerate_file || accelerate_setting;
   for (Setting id : {Setting::use_cpu, Setting::multi_gpu, Setting::use_fsdp, Setting::use_deepspeed}) {
     o.accelerate.chosen |= settings[static_cast<size_t>(id)].source.kind != Source::Kind::default_;
   }

@@ -61,6 +61,11 @@ TEST_CASE("dtlaunch launch ARGS is dtlaunch ARGS with accelerate's meaning of th
   auto plain = ok({"--nproc_per_node=2", "t.py"});
   CHECK_FALSE(plain.accelerate.launch);
   CHECK(ok({"--num_processes=2", "t.py"}).nproc_per_node.count == 2);
+  // An accelerate setting without `launch` is not dropped: the workers get accelerate's variables.
+  auto fsdp = ok({"--use_fsdp", "--nproc_per_node=2", "t.py"});
+  CHECK(fsdp.accelerate.launch);
+  CHECK(variables(fsdp, {.nproc_per_node = 2})["ACCELERATE_USE_FSDP"] == "true");
+  CHECK_FALSE(ok({"--mixed_precision=bf16", "t.py"}).accelerate.launch);  // dtlaunch's own flag, as before
 }
 
 TEST_CASE("dtlaunch launch without num_processes runs one worker per GPU, else one, as accelerate launch does") {
