@@ -1,8 +1,10 @@
 #include "config/accelerate.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 
 #include "config/text.h"
 

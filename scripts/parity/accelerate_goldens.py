@@ -100,6 +100,10 @@ CASES = [
      dict(CONFIG_TWO, same_network=True), [["--machine_rank", "0"], ["--machine_rank", "1"]], []),
     ("config_two_machines_rendezvous", "2 machines, same_network: false",
      dict(CONFIG_TWO, same_network=False), [["--machine_rank", "0"], ["--machine_rank", "1"]], []),
+    ("config_deepspeed_two_machines_standard", "DeepSpeed on 2 machines, deepspeed_multinode_launcher: standard",
+     dict(CONFIG_TWO, distributed_type="DEEPSPEED", same_network=True,
+          deepspeed_config=dict(zero_stage=2, deepspeed_multinode_launcher="standard")),
+     [["--machine_rank", "0"], ["--machine_rank", "1"]], []),
 ]
 
 BASE_ENV = {"PATH": "{bin}:/usr/local/bin:/usr/bin:/bin", "HOME": "{home}", "LANG": "C.UTF-8", "PARITY_OUT": "{out}"}
