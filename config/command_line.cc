@@ -331,6 +331,21 @@ std::optional<Error> parse_settings(const std::vector<Resolved>& settings, Launc
   return check_rules(settings, o);
 }
 
+/// accelerate launch's defaults where torchrun's differ: after `launch`, one worker per GPU when no
+/// num_processes is given (take_accelerate_facts sets it); and every worker sees every GPU.
+void accelerate_defaults(bool launch, bool accelerate_file, std::vector<Resolved>& settings) {
+  Resolved& nproc = row(settings, Setting::nproc_per_node);
+  if (launch && nproc.source.kind == Source::Kind::default_) {
+    nproc.source.note = "accelerate launch: one per GPU when the machine has GPUs";
+  }
+  Resolved& visibility = row(settings, Setting::gpu_visibility);
+  if ((launch || accelerate_file) && visibility.source.kind == Source::Kind::default_) {
+    // accelerate's workers pick cuda:LOCAL_RANK (Accelerator does), so they must all see every GPU.
+    visibility.text = "all";
+    visibility.source.note = "accelerate: every worker sees every GPU";
+  }
+}
+
 /// What accelerate launch would make of the run beyond the shared settings: whether its variables
 /// apply (`dtlaunch launch`, or an accelerate file), which launcher a file or flag chose, accelerate's
 /// own use_cpu, and the meaning of gpu_ids.
@@ -341,6 +356,9 @@ void take_accelerate_facts(bool launch, const ConfigFile* file, const std::vecto
     return s.flag->accelerate_only && s.source.kind != Source::Kind::default_;
   });
   o.accelerate.launch = launch || accelerate_file || accelerate_setting;
+  if (launch && o.source("nproc_per_node").kind == Source::Kind::default_) {
+    o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
+  }
   for (Setting id : {Setting::use_cpu, Setting::multi_gpu, Setting::use_fsdp, Setting::use_deepspeed}) {
     o.accelerate.chosen |= settings[static_cast<size_t>(id)].source.kind != Source::Kind::default_;
   }
@@ -441,19 +459,9 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   std::vector<Resolved> settings;
   for (size_t i = 0; i < flags().size(); ++i) settings.push_back(resolve(i, cl, env, in_effect));
   if (auto error = accelerate_spellings(cl, settings)) return failed(*error);
-  Resolved& nproc = row(settings, Setting::nproc_per_node);
-  const bool nproc_unset = launch && nproc.source.kind == Source::Kind::default_;
-  if (nproc_unset) nproc.source.note = "accelerate launch: one per GPU when the machine has GPUs";
-  Resolved& visibility = row(settings, Setting::gpu_visibility);
-  if ((launch || (file && file->format == ConfigFile::Format::accelerate)) &&
-      visibility.source.kind == Source::Kind::default_) {
-    // accelerate's workers pick cuda:LOCAL_RANK (Accelerator does), so they must all see every GPU.
-    visibility.text = "all";
-    visibility.source.note = "accelerate: every worker sees every GPU";
-  }
+  accelerate_defaults(launch, file && file->format == ConfigFile::Format::accelerate, settings);
   if (auto error = parse_settings(settings, o)) return failed(*error);
   take_accelerate_facts(launch, in_effect, settings, o);
-  if (nproc_unset) o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
   std::vector<EffectiveSetting> env_settings;
   if (file) {
     env_settings = add_file_env(*file, env, o);
