@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/accelerate.h"
 #include "config/config_file.h"
 #include "config/text.h"
 
@@ -47,7 +48,7 @@ std::string help_line(const Flag& f) {
 /// not settings (which file holds settings, and a look at them).
 class CommandLine {
  public:
-  CommandLine() : texts_(flags().size()) {
+  CommandLine() : texts_(flags().size()), accelerate_texts_(flags().size()) {
     app_.prefix_command();
     app_.set_version_flag("--version", "dtlaunch " DTL_VERSION);
     app_.footer("Every --flag_name is also accepted as --flag-name and as the variable PET_FLAG_NAME\n"
@@ -64,6 +65,19 @@ class CommandLine {
                                                : app_.add_option(names, texts_[i], help)
                                                      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
       options_.push_back(o->group(f.group));
+      // accelerate launch's spelling of a shared setting: an option of its own, converted in resolve().
+      CLI::Option* a = nullptr;
+      if (*f.accelerate_flag) {
+        const std::string acc = f.accelerate_flag;
+        std::string spelled = "--" + acc;
+        if (acc.find('_') != std::string::npos) spelled += ",--" + text::replace_all(acc, "_", "-");
+        const std::string acc_help = "accelerate's spelling of --" + std::string(f.name);
+        a = f.type == Type::switch_ ? app_.add_flag(spelled, acc_help)
+                                    : app_.add_option(spelled, accelerate_texts_[i], acc_help)
+                                          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+        a->group(f.group);
+      }
+      accelerate_options_.push_back(a);
     }
     config_option_ = app_.add_option("--config_file,--config-file", config_file_,
                                      "YAML settings (dtlaunch's or accelerate's); default $DTLAUNCH_CONFIG_FILE, else "
@@ -119,6 +133,16 @@ class CommandLine {
     return Resolved{&f, f.type == Type::switch_ ? "1" : texts_[i], Source{Source::Kind::flag, where, ""}};
   }
 
+  /// Row `i`'s value in accelerate's spelling (`--num_processes 8`), as typed, when given.
+  std::optional<Resolved> given_in_accelerate_spelling(size_t i) const {
+    const Flag& f = flags()[i];
+    const CLI::Option* o = accelerate_options_[i];
+    if (!o || o->count() == 0) return std::nullopt;
+    auto spelled = typed_.find(o);
+    std::string where = spelled != typed_.end() ? spelled->second : o->get_name();
+    return Resolved{&f, f.type == Type::switch_ ? "1" : accelerate_texts_[i], Source{Source::Kind::flag, where, ""}};
+  }
+
   std::optional<std::string> config_file() const {
     return config_option_->count() ? std::optional(config_file_) : std::nullopt;
   }
@@ -164,6 +188,8 @@ class CommandLine {
   CLI::App app_{"dtlaunch: start one worker per GPU with torchrun's environment, and supervise them", "dtlaunch"};
   std::vector<std::string> texts_;  ///< by row
   std::vector<CLI::Option*> options_;
+  std::vector<std::string> accelerate_texts_;   ///< by row: accelerate's spelling's value
+  std::vector<CLI::Option*> accelerate_options_;  ///< by row; nullptr where accelerate has no other spelling
   std::map<const CLI::Option*, std::string> typed_;
   std::string config_file_;
   CLI::Option* config_option_ = nullptr;
@@ -199,8 +225,95 @@ Error value_error(const Resolved& s, const std::string& what) {
   return Error{msg};
 }
 
+Resolved& row(std::vector<Resolved>& settings, Setting id) { return settings[static_cast<size_t>(id)]; }
+
+/// "--nproc_per_node=4 and --num_processes=6 disagree (...); give one of them".
+Error disagree(const Resolved& a, const Resolved& b, const std::string& why = "") {
+  return Error{a.source.where + "=" + a.text + " and " + b.source.where + "=" + b.text + " disagree" +
+               (why.empty() ? "" : " (" + why + ")") + "; give one of them"};
+}
+
+/// accelerate launch's spellings of shared settings, with accelerate's meaning: --num_processes is the
+/// total over --num_machines, and machines not on one network (no --same_network) meet at
+/// --main_process_ip:--main_process_port. Both spellings of one setting on the command line must agree.
+std::optional<Error> accelerate_spellings(const CommandLine& cl, std::vector<Resolved>& settings) {
+  for (size_t i = 0; i < settings.size(); ++i) {
+    auto acc = cl.given_in_accelerate_spelling(i);
+    if (!acc || static_cast<Setting>(i) == Setting::nproc_per_node) continue;
+    if (auto typed = cl.given(i)) {
+      if (typed->text != acc->text) return disagree(*typed, *acc);
+      continue;
+    }
+    settings[i] = *acc;
+  }
+  const Resolved& nnodes = row(settings, Setting::nnodes);
+  long machines = std::strtol(nnodes.text.substr(nnodes.text.rfind(':') + 1).c_str(), nullptr, 10);
+  if (machines < 1) return std::nullopt;  // the nnodes row reports it
+  const std::string machines_where = nnodes.source.kind == Source::Kind::default_ ? "--num_machines" : nnodes.source.where;
+  if (auto total = cl.given_in_accelerate_spelling(static_cast<size_t>(Setting::nproc_per_node))) {
+    char* end = nullptr;
+    long n = std::strtol(total->text.c_str(), &end, 10);
+    if (total->text.empty() || *end != '\0' || n < 1) return value_error(*total, "expected an integer >= 1");
+    const std::string over = machines_where + "=" + std::to_string(machines);
+    if (n % machines != 0) {
+      return Error{total->source.where + ": expected a total divisible by " + over +
+                   " (num_processes counts the processes of all machines) (got '" + total->text + "')"};
+    }
+    const std::string per_node = std::to_string(n / machines);
+    const std::string why = total->source.where + " is the total over " + over + ": " + per_node + " per machine";
+    if (auto typed = cl.given(static_cast<size_t>(Setting::nproc_per_node))) {
+      if (typed->text != per_node) return disagree(*typed, *total, why);
+    } else {
+      total->source.note = machines > 1 ? "total " + total->text + " over " + std::to_string(machines) + " machines" : "";
+      total->text = per_node;
+      row(settings, Setting::nproc_per_node) = *total;
+    }
+  }
+  auto ip = cl.given_in_accelerate_spelling(static_cast<size_t>(Setting::master_addr));
+  if (machines > 1 && ip && row(settings, Setting::same_network).text != "1") {
+    auto port = cl.given_in_accelerate_spelling(static_cast<size_t>(Setting::master_port));
+    Resolved endpoint = *ip;
+    endpoint.flag = &flag(Setting::rdzv_endpoint);
+    endpoint.text = ip->text + ":" + (port ? port->text : "29500");
+    endpoint.source.note = "main_process_ip:main_process_port, no --same_network";
+    row(settings, Setting::rdzv_endpoint) = endpoint;
+  }
+  return std::nullopt;
+}
+
+/// accelerate's rules between its own settings.
+std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& settings, const LaunchOptions& o) {
+  const Resolved* kind = nullptr;
+  for (Setting id : {Setting::use_cpu, Setting::multi_gpu, Setting::use_fsdp, Setting::use_deepspeed}) {
+    const Resolved& s = settings[static_cast<size_t>(id)];
+    if (s.text != "1") continue;
+    if (kind) {
+      return Error{kind->source.where + " and " + s.source.where + " choose two kinds of run; accelerate takes one of "
+                   "--cpu, --multi_gpu, --use_deepspeed, --use_fsdp at a time"};
+    }
+    kind = &s;
+  }
+  const auto& v = o.accelerate.values;
+  auto value = [&](const char* name, const char* fallback) {
+    auto it = v.find(name);
+    return text::lower(it == v.end() ? fallback : it->second);
+  };
+  if (o.accelerate.values.count("use_fsdp") && value("use_fsdp", "0") == "1" &&
+      value("fsdp_cpu_ram_efficient_loading", "true") == "true" && value("fsdp_sync_module_states", "true") != "true") {
+    return Error{o.source("fsdp_cpu_ram_efficient_loading").where + ": fsdp_cpu_ram_efficient_loading needs "
+                 "fsdp_sync_module_states (" + o.source("fsdp_sync_module_states").where + ") to be true, as accelerate says"};
+  }
+  const std::string launcher = value("deepspeed_multinode_launcher", "pdsh");
+  if (value("use_deepspeed", "0") == "1" && !o.use_cpu && o.max_nodes > 1 && launcher != "standard") {
+    return Error{o.named("deepspeed_multinode_launcher", launcher) + ": dtlaunch starts DeepSpeed on several machines "
+                 "the torchrun way only (deepspeed_multinode_launcher: standard); the ssh launchers are not supported"};
+  }
+  return std::nullopt;
+}
+
 /// The rules that involve two settings, checked here whatever the source of each value.
 std::optional<Error> check_rules(const std::vector<Resolved>& settings, const LaunchOptions& o) {
+  if (auto error = check_accelerate_rules(settings, o)) return error;
   const Resolved& nproc = settings[static_cast<size_t>(Setting::nproc_per_node)];
   if (o.use_cpu && o.nproc_per_node.kind == NprocSpec::Kind::gpu) {
     return value_error(nproc, "expected a count, cpu or auto, since use_cpu is set (" + o.source("use_cpu").where + ")");
@@ -226,12 +339,61 @@ std::optional<Error> parse_settings(const std::vector<Resolved>& settings, Launc
   for (const auto& s : settings) {
     try {
       s.flag->apply(s.text, o);
+      if (s.flag->accelerate_only && !s.text.empty()) o.accelerate.values[s.flag->name] = s.text;
     } catch (const std::invalid_argument& e) {
       return value_error(s, e.what());
     }
     o.sources[s.flag->name] = s.source;
   }
   return check_rules(settings, o);
+}
+
+/// accelerate launch's defaults where torchrun's differ: after `launch`, one worker per GPU when no
+/// num_processes is given (take_accelerate_facts sets it); and every worker sees every GPU.
+void accelerate_defaults(bool launch, bool accelerate_file, std::vector<Resolved>& settings) {
+  Resolved& nproc = row(settings, Setting::nproc_per_node);
+  if (launch && nproc.source.kind == Source::Kind::default_) {
+    nproc.source.note = "accelerate launch: one per GPU when the machine has GPUs";
+  }
+  Resolved& visibility = row(settings, Setting::gpu_visibility);
+  if ((launch || accelerate_file) && visibility.source.kind == Source::Kind::default_) {
+    // accelerate's workers pick cuda:LOCAL_RANK (Accelerator does), so they must all see every GPU.
+    visibility.text = "all";
+    visibility.source.note = "accelerate: every worker sees every GPU";
+  }
+}
+
+/// What accelerate launch would make of the run beyond the shared settings: whether its variables
+/// apply (`dtlaunch launch`, or an accelerate file), which launcher a file or flag chose, accelerate's
+/// own use_cpu, and the meaning of gpu_ids.
+void take_accelerate_facts(bool launch, const ConfigFile* file, const std::vector<Resolved>& settings, LaunchOptions& o) {
+  const bool accelerate_file = file && file->format == ConfigFile::Format::accelerate;
+  // An accelerate setting given in dtlaunch's own terms is never dropped: the workers get accelerate's variables.
+  const bool accelerate_setting = std::any_of(settings.begin(), settings.end(), [](const Resolved& s) {
+    return s.flag->accelerate_only && s.source.kind != Source::Kind::default_;
+  });
+  o.accelerate.launch = launch || accelerate_file || accelerate_setting;
+  if (launch && o.source("nproc_per_node").kind == Source::Kind::default_) {
+    o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
+  }
+  for (Setting id : {Setting::use_cpu, Setting::multi_gpu, Setting::use_fsdp, Setting::use_deepspeed}) {
+    o.accelerate.chosen |= settings[static_cast<size_t>(id)].source.kind != Source::Kind::default_;
+  }
+  o.accelerate.chosen |= accelerate_file;
+  // accelerate's --gradient_clipping is a float: str(1.0) is "1.0"; a file's value is as YAML wrote it.
+  auto clipping = o.accelerate.values.find("gradient_clipping");
+  if (clipping != o.accelerate.values.end() && o.source("gradient_clipping").kind != Source::Kind::file) {
+    clipping->second = python_float(std::strtod(clipping->second.c_str(), nullptr));
+  }
+  const Source cpu = o.source("use_cpu");
+  o.accelerate.use_cpu = o.use_cpu;
+  if (accelerate_file) {
+    o.accelerate.deepspeed_fields = file->deepspeed_fields;
+    // accelerate's own use_cpu is the file's key: MULTI_CPU alone keeps the GPUs out of dtlaunch's plan only
+    if (cpu.kind == Source::Kind::file) o.accelerate.use_cpu = file->use_cpu;
+  }
+  const bool from_file = o.source("gpu_ids").kind == Source::Kind::file;
+  o.accelerate.physical_gpu_ids = o.gpu_ids && (from_file ? accelerate_file : launch);
 }
 
 /// The file's env: entries, unless the environment already has the variable; as --print_config shows them.
@@ -248,8 +410,24 @@ std::vector<EffectiveSetting> add_file_env(const ConfigFile& file, const EnvLook
   return shown;
 }
 
+/// --print_config's line above a setting that accelerate spells or means otherwise.
+std::string other_name(const Flag& f, const LaunchOptions& o) {
+  if (f.id == Setting::nproc_per_node) {
+    std::string total = "accelerate: --num_processes / num_processes, the total over all machines";
+    if (o.nproc_per_node.kind != NprocSpec::Kind::count) return total;
+    return total + " (" + std::to_string(o.nproc_per_node.count * o.max_nodes) + " here)";
+  }
+  if (f.id == Setting::gpu_ids) {
+    return o.accelerate.physical_gpu_ids ? "gpu_ids: physical ids, accelerate's meaning (CUDA_VISIBLE_DEVICES is not read)"
+                                         : "gpu_ids: indices among the visible GPUs, dtlaunch's meaning";
+  }
+  if (*f.accelerate_flag) return std::string("accelerate: --") + f.accelerate_flag + " / " + f.accelerate_key;
+  return "";
+}
+
 std::string print_config(const std::vector<Resolved>& settings, const std::vector<EffectiveSetting>& env,
-                         const ConfigFile* file, const std::optional<ConfigLocation>& location) {
+                         const ConfigFile* file, const std::optional<ConfigLocation>& location,
+                         const LaunchOptions& o) {
   std::string header = "# dtlaunch settings in effect, and where each comes from "
                        "(flag > variable > config file > default)\n# config file: ";
   if (file) {
@@ -265,7 +443,8 @@ std::string print_config(const std::vector<Resolved>& settings, const std::vecto
     std::string source = s.source.kind == Source::Kind::default_ ? "default" : s.source.where;
     if (!s.source.note.empty()) source += " (" + s.source.note + ")";
     const bool secret = s.flag->id == Setting::rdzv_token && !s.text.empty();  // `dtlaunch env` output gets pasted
-    lines.push_back({s.flag->name, secret ? "<hidden>" : s.text, source, s.flag->type == Type::switch_});
+    lines.push_back({s.flag->name, secret ? "<hidden>" : s.text, source, s.flag->type == Type::switch_,
+                     other_name(*s.flag, o)});
   }
   return format_settings(header + "\n", lines, env);
 }
@@ -282,8 +461,11 @@ EnvLookup process_env() {
 
 std::vector<OptionDoc> option_docs() { return CommandLine().docs(); }
 
-ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLookup& env,
+ParseResult parse_command_line(const std::vector<std::string>& all_args, const EnvLookup& env,
                                const ReadFile& files) {
+  // `dtlaunch launch ARGS` is `accelerate launch ARGS`: accelerate's meaning, and its workers' variables.
+  const bool launch = !all_args.empty() && all_args.front() == "launch";
+  const std::vector<std::string> args(all_args.begin() + (launch ? 1 : 0), all_args.end());
   CommandLine cl;
   if (auto answered = cl.parse(args)) return *answered;
   auto location = locate_config(cl.config_file(), env);
@@ -295,7 +477,10 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   LaunchOptions o;
   std::vector<Resolved> settings;
   for (size_t i = 0; i < flags().size(); ++i) settings.push_back(resolve(i, cl, env, in_effect));
+  if (auto error = accelerate_spellings(cl, settings)) return failed(*error);
+  accelerate_defaults(launch, file && file->format == ConfigFile::Format::accelerate, settings);
   if (auto error = parse_settings(settings, o)) return failed(*error);
+  take_accelerate_facts(launch, in_effect, settings, o);
   std::vector<EffectiveSetting> env_settings;
   if (file) {
     env_settings = add_file_env(*file, env, o);
@@ -303,12 +488,13 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
   }
   auto rest = cl.rest();
   if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
+    if (auto why = refused_accelerate_flag(rest.front()); !why.empty()) return failed(Error{why});
     return failed(Error{"unknown option " + rest.front() + " (see dtlaunch --help)"});
   }
   ParseResult result;
   if (file) result.warnings = file->warnings;
   if (cl.print_config()) {
-    result.output = print_config(settings, env_settings, in_effect, location);
+    result.output = print_config(settings, env_settings, in_effect, location, o);
     result.shown = std::move(o);
     return result;
   }

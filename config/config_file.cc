@@ -215,6 +215,47 @@ bool unset(const YAML::Node& n) {
   }
 }
 
+/// A value of one of accelerate's sections as accelerate's namespace holds it: str() of what PyYAML
+/// read, so an unquoted `true` is "True"; switches as a flag gives them.
+std::string accelerate_text(const Reader& r, const Entry& e, const Flag& f) {
+  if (f.type == Type::text && e.value.IsScalar() && plain(e.value)) {
+    if (auto b = yaml_bool(e.value.Scalar())) return *b ? "True" : "False";
+  }
+  return flag_text(r, e, f.type);
+}
+
+/// deepspeed_config, fsdp_config, dynamo_config and fp8_config: each key is accelerate's flag of the same
+/// name (fsdp_config's `x` is `fsdp_x`, fp8_config's `fp8_x`, dynamo_config's `dynamo_x`); a key that is
+/// no such flag is named in the file's warning, since no worker sees it.
+void read_accelerate_sections(const Reader& r, const std::map<std::string, const Entry*>& by_name, ConfigFile& out) {
+  static const std::pair<const char*, const char*> sections[] = {
+      {"deepspeed_config", ""}, {"fsdp_config", "fsdp_"}, {"dynamo_config", "dynamo_"}, {"fp8_config", "fp8_"}};
+  std::vector<std::string> unknown;
+  for (const auto& [section, prefix] : sections) {
+    auto it = by_name.find(section);
+    if (it == by_name.end() || it->second->value.IsNull()) continue;
+    const Entry& e = *it->second;
+    if (!e.value.IsMap()) r.expected(e, "a map of settings");
+    for (auto kv = e.value.begin(); kv != e.value.end(); ++kv) {
+      std::string key = kv->first.Scalar();
+      if (std::string(section) == "deepspeed_config") out.deepspeed_fields.push_back(key);
+      std::string name = key.rfind(prefix, 0) == 0 ? key : prefix + key;
+      if (std::string(prefix) == "fsdp_" && key.rfind("fsdp", 0) == 0) name = key;
+      Entry inner{std::string(section) + "." + key, kv->first, kv->second};
+      const Flag* f = find_flag(name);
+      if (!f || !f->accelerate_only) {
+        if (!unset(kv->second)) unknown.push_back(inner.name);
+        continue;
+      }
+      if (!kv->second.IsNull()) out.values[name] = r.value(inner, accelerate_text(r, inner, *f));
+    }
+  }
+  if (!unknown.empty()) {
+    out.warnings.push_back(r.path() + ": ignoring " + text::join(unknown, ", ") +
+                           " (not among accelerate launch's settings, so accelerate passes them to no worker either)");
+  }
+}
+
 void read_accelerate(const Reader& r, const std::vector<Entry>& entries, ConfigFile& out) {
   std::map<std::string, const Entry*> by_name;
   for (const auto& e : entries) by_name[e.name] = &e;
@@ -237,10 +278,15 @@ void read_accelerate(const Reader& r, const std::vector<Entry>& entries, ConfigF
 
   bool cpu = dist == "MULTI_CPU";
   if (const Entry* e = get("use_cpu")) {
-    cpu = cpu || r.boolean(*e);
+    out.use_cpu = r.boolean(*e);
+    cpu = cpu || out.use_cpu;
     out.values["use_cpu"] = r.value(*e, cpu ? "1" : "0");
   }
   if (cpu && !out.values.count("use_cpu")) out.values["use_cpu"] = r.value(*type, "1");
+  // The launcher accelerate would pick, as its flags name it.
+  static const std::map<std::string, std::string> launcher_flag = {
+      {"MULTI_GPU", "multi_gpu"}, {"FSDP", "use_fsdp"}, {"DEEPSPEED", "use_deepspeed"}};
+  if (auto it = launcher_flag.find(dist); it != launcher_flag.end()) out.values[it->second] = r.value(*type, "1");
 
   long machines = 1;
   if (const Entry* e = get("num_machines")) {
@@ -297,15 +343,17 @@ void read_accelerate(const Reader& r, const std::vector<Entry>& entries, ConfigF
     std::string ids = r.list(*e);
     if (text::lower(text::trim(ids)) != "all") out.values["gpu_ids"] = r.value(*e, ids);
   }
+  read_accelerate_sections(r, by_name, out);
   // What accelerate does and dtlaunch does not: named once, unless left at its default.
-  std::set<std::string> acted_on = {"distributed_type", "same_network", "main_training_function"};
+  std::set<std::string> acted_on = {"distributed_type", "same_network", "deepspeed_config", "fsdp_config",
+                                    "dynamo_config", "fp8_config"};
   for (const auto& f : flags()) {
     if (!*f.accelerate_key) continue;
     acted_on.insert(f.accelerate_key);
     if (const Entry* e = get(f.accelerate_key); e && f.accelerate_as_is) out.values[f.name] = r.value(*e, flag_text(r, *e, f.type));
   }
   std::vector<std::string> ignored;
-  if (gpu_types.count(dist) && dist != "MULTI_GPU") ignored.push_back("distributed_type: " + dist);
+  if (dist == "MEGATRON_LM") ignored.push_back("distributed_type: " + dist);
   for (const auto& e : entries) {
     if (acted_on.count(e.name)) continue;
     if (e.name == "compute_environment") {
@@ -451,7 +499,10 @@ std::string format_settings(const std::string& header, const std::vector<Effecti
   auto line = [&](const std::string& text, const std::string& source) {
     out += text + std::string(width - std::min(width, text.size()) + 2, ' ') + "# " + source + "\n";
   };
-  for (const auto& s : settings) line(s.name + ": " + shown(s), s.source);
+  for (const auto& s : settings) {
+    if (!s.comment.empty()) out += "# " + s.comment + "\n";
+    line(s.name + ": " + shown(s), s.source);
+  }
   if (!env.empty()) {
     out += "env:\n";
     for (const auto& s : env) line("  " + s.name + ": " + yaml_scalar(s.value), s.source);

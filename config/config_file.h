@@ -29,6 +29,9 @@ struct ConfigFile {
   std::map<std::string, FileValue> values;             ///< by flag name
   std::vector<std::pair<std::string, FileValue>> env;  ///< the `env:` section, in file order
   std::vector<std::string> warnings;                   ///< one line each, without "warning: "
+  // accelerate's files only:
+  std::vector<std::string> deepspeed_fields;  ///< deepspeed_config's keys, for ACCELERATE_CONFIG_DS_FIELDS
+  bool use_cpu = false;                       ///< the use_cpu key itself (MULTI_CPU alone does not set it)
 };
 
 /// A parsed file, or one error "cfg.yaml:3:5: key: expected ..., got ...".
@@ -67,6 +70,7 @@ struct EffectiveSetting {
   std::string value;   ///< as the flag holds it; switches "1"/"0"
   std::string source;  ///< "--nproc_per_node", "PET_NPROC_PER_NODE", "cfg.yaml:3:17: ...", "default"
   bool is_switch = false;
+  std::string comment;  ///< a line above the setting ("accelerate: --num_processes, ..."), or ""
 };
 
 /// The settings as a dtlaunch config file, each with where it came from as a comment.

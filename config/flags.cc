@@ -71,32 +71,74 @@ const char* kAccelerate = "accelerate's settings";
 using O = LaunchOptions;
 using S = std::string;
 
+const char* kAccLaunch = "accelerate launch";
+const char* kAccDynamo = "accelerate: torch dynamo";
+const char* kAccFsdp = "accelerate: FSDP";
+const char* kAccDeepspeed = "accelerate: DeepSpeed";
+const char* kAccFp8 = "accelerate: fp8 (with mixed_precision fp8)";
+
+const std::vector<std::string> kDynamoBackends = {
+    "NO", "EAGER", "AOT_EAGER", "INDUCTOR", "AOT_TS_NVFUSER", "NVPRIMS_NVFUSER", "CUDAGRAPHS", "OFI", "FX2TRT",
+    "ONNXRT", "TENSORRT", "AOT_TORCHXLA_TRACE_ONCE", "TORCHXLA_TRACE_ONCE", "TVM", "HPU_BACKEND", "NEURON"};
+
+void integer(const S& t, O&) {
+  if (!trim(t).empty()) parse_int(t, -(1L << 40), 1L << 40, "an integer");
+}
+
+void switch_value(const S& t, O&) { parse_bool(t); }
+
+void number(const S& t) {
+  std::string v = trim(t);
+  char* end = nullptr;
+  if (!v.empty()) std::strtod(v.c_str(), &end);
+  if (!v.empty() && *end != '\0') throw std::invalid_argument("expected a number");
+}
+
 // Each row names only the fields it sets; the others keep their defaults (GCC 12 warns of them).
+Flag with_short(Flag f, const char* short_name) {
+  f.short_name = short_name;
+  return f;
+}
+
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+/// A row of accelerate's own: its name is accelerate's flag and file key, its text is kept as given.
+Flag acc(Setting id, const char* name, const char* group, Type type, const char* help,
+         void (*check)(const S&, O&) = nullptr) {
+  Flag f{.id = id, .name = name, .accelerate_key = name, .accelerate_as_is = true, .type = type, .group = group,
+         .help = help, .apply = check ? check : type == Type::switch_ ? switch_value : accepted};
+  f.accelerate_only = true;
+  return f;
+}
+
 const std::vector<Flag> kFlags = {
     {.id = Setting::nproc_per_node, .name = "nproc_per_node", .accelerate_key = "num_processes", .default_value = "1",
      .group = kWorkers,
      .help = "workers on this node: a count, `gpu` (visible GPUs; an error if none), `cpu` (CPUs in the affinity "
              "mask), `auto` (GPUs if any, else CPUs)",
      .choices = {"gpu", "cpu", "auto"},
-     .apply = [](const S& t, O& o) { o.nproc_per_node = parse_nproc(t); }},
+     .apply = [](const S& t, O& o) { o.nproc_per_node = parse_nproc(t); }, .accelerate_flag = "num_processes"},
     {.id = Setting::nnodes, .name = "nnodes", .accelerate_key = "num_machines", .default_value = "1", .group = kNodes,
      .help = "number of nodes, N or MIN:MAX (elastic)",
-     .apply = [](const S& t, O& o) { std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(t); }},
+     .apply = [](const S& t, O& o) { std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(t); },
+     .accelerate_flag = "num_machines"},
     {.id = Setting::node_rank, .name = "node_rank", .accelerate_key = "machine_rank", .default_value = "0",
      .group = kNodes, .help = "rank of this node (static rendezvous)",
      .apply = [](const S& t, O& o) {  // after nnodes
        o.node_rank = static_cast<int>(parse_int(t, 0, o.max_nodes - 1, "a node rank in 0.." + std::to_string(o.max_nodes - 1)));
-     }},
+     },
+     .accelerate_flag = "machine_rank"},
     {.id = Setting::master_addr, .name = "master_addr", .accelerate_key = "main_process_ip",
      .default_value = "127.0.0.1", .group = kNodes, .help = "address of the workers' rank 0, which serves the c10d store",
-     .apply = [](const S& t, O& o) { o.master_addr = word(t, "a host name or address"); }},
+     .apply = [](const S& t, O& o) { o.master_addr = word(t, "a host name or address"); },
+     .accelerate_flag = "main_process_ip"},
     {.id = Setting::master_port, .name = "master_port", .accelerate_key = "main_process_port",
      .default_value = "29500", .group = kNodes,
      .help = "port of the workers' rank 0 store; `0` picks a free port. A port already in use is an error before "
              "anything starts",
-     .apply = [](const S& t, O& o) { o.master_port = static_cast<int>(parse_int(t, 0, 65535, "a port in 0..65535")); }},
+     .apply = [](const S& t, O& o) { o.master_port = static_cast<int>(parse_int(t, 0, 65535, "a port in 0..65535")); },
+     .accelerate_flag = "main_process_port"},
     {.id = Setting::standalone, .name = "standalone", .type = Type::switch_, .group = kNodes,
      .help = "single node: a free port for rank 0 and a random run id",
      .apply = [](const S& t, O& o) { o.standalone = parse_bool(t); }},
@@ -172,7 +214,9 @@ const std::vector<Flag> kFlags = {
      .help = "signals dtlaunch catches and forwards to the workers",
      .apply = [](const S& t, O& o) { o.signals_to_handle = parse_signal_list(t); }},
     {.id = Setting::gpu_ids, .name = "gpu_ids", .accelerate_key = "gpu_ids", .type = Type::list, .default_shown = "all",
-     .group = kGpus, .help = "use only these GPUs, as indices among the visible ones (`0,2`)",
+     .group = kGpus,
+     .help = "use only these GPUs, as indices among the visible ones (`0,2`); after `dtlaunch launch` and in "
+             "accelerate's files, accelerate's meaning: physical ids, whatever `CUDA_VISIBLE_DEVICES` says",
      .apply = [](const S& t, O& o) {
        if (!t.empty() && trim(t) != "all") o.gpu_ids = parse_gpu_ids(t);
      }},
@@ -206,11 +250,106 @@ const std::vector<Flag> kFlags = {
      .apply = [](const S& t, O& o) {
        o.use_cpu = parse_bool(t);
        if (o.use_cpu) o.gpu_ids.reset();  // after gpu_ids: accelerate's CPU files say gpu_ids: all
-     }},
+     },
+     .accelerate_flag = "cpu"},
     {.id = Setting::debug, .name = "debug", .variables = {"ACCELERATE_DEBUG_MODE"}, .accelerate_key = "debug",
      .accelerate_as_is = true, .type = Type::switch_, .group = kAccelerate,
      .help = "`ACCELERATE_DEBUG_MODE` for the workers: accelerate checks collective operations",
      .apply = [](const S& t, O& o) { o.debug = parse_bool(t); }},
+    // accelerate launch's own settings, with accelerate's names, defaults and meaning.
+    acc(Setting::same_network, "same_network", kAccLaunch, Type::switch_,
+        "several machines on one network: `--main_process_ip/port` are `master_addr/port`, else the rendezvous "
+        "endpoint"),
+    acc(Setting::multi_gpu, "multi_gpu", kAccLaunch, Type::switch_, "accelerate's MULTI_GPU run"),
+    acc(Setting::use_fsdp, "use_fsdp", kAccLaunch, Type::switch_, "accelerate's FSDP run: `ACCELERATE_USE_FSDP` and `FSDP_*`"),
+    acc(Setting::use_deepspeed, "use_deepspeed", kAccLaunch, Type::switch_,
+        "accelerate's DeepSpeed run: `ACCELERATE_USE_DEEPSPEED` and `ACCELERATE_DEEPSPEED_*`"),
+    acc(Setting::num_cpu_threads_per_process, "num_cpu_threads_per_process", kAccLaunch, Type::text,
+        "`OMP_NUM_THREADS` (default: inherited, else 1; CPU runs: physical cores / processes)", integer),
+    acc(Setting::enable_cpu_affinity, "enable_cpu_affinity", kAccLaunch, Type::switch_, "`ACCELERATE_CPU_AFFINITY=1`"),
+    acc(Setting::main_training_function, "main_training_function", kAccLaunch, Type::text,
+        "accepted: accelerate uses it on TPUs only"),
+    acc(Setting::downcast_bf16, "downcast_bf16", kAccLaunch, Type::switch_, "accepted: accelerate uses it on TPUs only"),
+    with_short(acc(Setting::quiet, "quiet", kAccLaunch, Type::switch_,
+                   "accepted: dtlaunch never prints a Python stack trace for a failed worker"),
+               "-q"),
+    acc(Setting::dynamo_backend, "dynamo_backend", kAccDynamo, Type::text_or_no, "`ACCELERATE_DYNAMO_BACKEND` (default no)",
+        [](const S& t, O&) {
+          if (!trim(t).empty()) one_of(text::upper(t), kDynamoBackends);
+        }),
+    acc(Setting::dynamo_mode, "dynamo_mode", kAccDynamo, Type::text, "`ACCELERATE_DYNAMO_MODE` (default default)"),
+    acc(Setting::dynamo_use_fullgraph, "dynamo_use_fullgraph", kAccDynamo, Type::switch_, "`ACCELERATE_DYNAMO_USE_FULLGRAPH`"),
+    acc(Setting::dynamo_use_dynamic, "dynamo_use_dynamic", kAccDynamo, Type::switch_, "`ACCELERATE_DYNAMO_USE_DYNAMIC`"),
+    acc(Setting::dynamo_use_regional_compilation, "dynamo_use_regional_compilation", kAccDynamo, Type::switch_,
+        "`ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION`"),
+    acc(Setting::fsdp_version, "fsdp_version", kAccFsdp, Type::text, "`FSDP_VERSION` (default 1)"),
+    acc(Setting::fsdp_offload_params, "fsdp_offload_params", kAccFsdp, Type::text, "`FSDP_OFFLOAD_PARAMS` (default false)"),
+    acc(Setting::fsdp_min_num_params, "fsdp_min_num_params", kAccFsdp, Type::text,
+        "`FSDP_MIN_NUM_PARAMS` (default 100000000)", integer),
+    acc(Setting::fsdp_sharding_strategy, "fsdp_sharding_strategy", kAccFsdp, Type::text,
+        "`FSDP_SHARDING_STRATEGY` (default FULL_SHARD)"),
+    acc(Setting::fsdp_reshard_after_forward, "fsdp_reshard_after_forward", kAccFsdp, Type::text,
+        "`FSDP_RESHARD_AFTER_FORWARD` (default true)"),
+    acc(Setting::fsdp_auto_wrap_policy, "fsdp_auto_wrap_policy", kAccFsdp, Type::text, "`FSDP_AUTO_WRAP_POLICY`"),
+    acc(Setting::fsdp_transformer_layer_cls_to_wrap, "fsdp_transformer_layer_cls_to_wrap", kAccFsdp, Type::text,
+        "`FSDP_TRANSFORMER_CLS_TO_WRAP`"),
+    acc(Setting::fsdp_backward_prefetch, "fsdp_backward_prefetch", kAccFsdp, Type::text, "`FSDP_BACKWARD_PREFETCH`"),
+    acc(Setting::fsdp_state_dict_type, "fsdp_state_dict_type", kAccFsdp, Type::text, "`FSDP_STATE_DICT_TYPE`"),
+    acc(Setting::fsdp_forward_prefetch, "fsdp_forward_prefetch", kAccFsdp, Type::text, "`FSDP_FORWARD_PREFETCH` (default false)"),
+    acc(Setting::fsdp_use_orig_params, "fsdp_use_orig_params", kAccFsdp, Type::text, "`FSDP_USE_ORIG_PARAMS` (default true)"),
+    acc(Setting::fsdp_cpu_ram_efficient_loading, "fsdp_cpu_ram_efficient_loading", kAccFsdp, Type::text,
+        "`FSDP_CPU_RAM_EFFICIENT_LOADING` (default true; needs `fsdp_sync_module_states`)"),
+    acc(Setting::fsdp_sync_module_states, "fsdp_sync_module_states", kAccFsdp, Type::text,
+        "`FSDP_SYNC_MODULE_STATES` (default true)"),
+    acc(Setting::fsdp_activation_checkpointing, "fsdp_activation_checkpointing", kAccFsdp, Type::text,
+        "`FSDP_ACTIVATION_CHECKPOINTING` (default false)"),
+    acc(Setting::fsdp_activation_checkpointing_offload, "fsdp_activation_checkpointing_offload", kAccFsdp, Type::text,
+        "`FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD` (default false)"),
+    acc(Setting::fsdp_ignored_modules, "fsdp_ignored_modules", kAccFsdp, Type::text, "`FSDP_IGNORED_MODULES`"),
+    acc(Setting::zero_stage, "zero_stage", kAccDeepspeed, Type::text, "`ACCELERATE_DEEPSPEED_ZERO_STAGE`", integer),
+    acc(Setting::offload_optimizer_device, "offload_optimizer_device", kAccDeepspeed, Type::text,
+        "`ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE`"),
+    acc(Setting::offload_param_device, "offload_param_device", kAccDeepspeed, Type::text,
+        "`ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE`"),
+    acc(Setting::offload_optimizer_nvme_path, "offload_optimizer_nvme_path", kAccDeepspeed, Type::text,
+        "accepted: accelerate launch passes it to no worker either"),
+    acc(Setting::offload_param_nvme_path, "offload_param_nvme_path", kAccDeepspeed, Type::text,
+        "accepted: accelerate launch passes it to no worker either"),
+    acc(Setting::gradient_accumulation_steps, "gradient_accumulation_steps", kAccDeepspeed, Type::text,
+        "`ACCELERATE_GRADIENT_ACCUMULATION_STEPS`", integer),
+    acc(Setting::gradient_clipping, "gradient_clipping", kAccDeepspeed, Type::text, "`ACCELERATE_GRADIENT_CLIPPING`",
+        [](const S& t, O&) { number(t); }),
+    acc(Setting::zero3_init_flag, "zero3_init_flag", kAccDeepspeed, Type::text, "`ACCELERATE_DEEPSPEED_ZERO3_INIT`"),
+    acc(Setting::zero3_save_16bit_model, "zero3_save_16bit_model", kAccDeepspeed, Type::text,
+        "`ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL`"),
+    acc(Setting::deepspeed_config_file, "deepspeed_config_file", kAccDeepspeed, Type::text,
+        "`ACCELERATE_DEEPSPEED_CONFIG_FILE`"),
+    acc(Setting::deepspeed_multinode_launcher, "deepspeed_multinode_launcher", kAccDeepspeed, Type::text,
+        "several machines: only `standard` (torchrun's way); the ssh launchers are refused"),
+    acc(Setting::deepspeed_hostfile, "deepspeed_hostfile", kAccDeepspeed, Type::text,
+        "accepted for one machine and `standard`, where accelerate does not read it either"),
+    acc(Setting::deepspeed_exclusion_filter, "deepspeed_exclusion_filter", kAccDeepspeed, Type::text,
+        "accepted for one machine and `standard`, where accelerate does not read it either"),
+    acc(Setting::deepspeed_inclusion_filter, "deepspeed_inclusion_filter", kAccDeepspeed, Type::text,
+        "accepted for one machine and `standard`, where accelerate does not read it either"),
+    acc(Setting::deepspeed_moe_layer_cls_names, "deepspeed_moe_layer_cls_names", kAccDeepspeed, Type::text,
+        "`ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES`"),
+    acc(Setting::fp8_backend, "fp8_backend", kAccFp8, Type::text, "`ACCELERATE_FP8_BACKEND` (with `mixed_precision` fp8)"),
+    acc(Setting::fp8_use_autocast_during_eval, "fp8_use_autocast_during_eval", kAccFp8, Type::switch_,
+        "`ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL`"),
+    acc(Setting::fp8_margin, "fp8_margin", kAccFp8, Type::text, "`ACCELERATE_FP8_MARGIN` (default 0)", integer),
+    acc(Setting::fp8_interval, "fp8_interval", kAccFp8, Type::text, "`ACCELERATE_FP8_INTERVAL` (default 1)", integer),
+    acc(Setting::fp8_format, "fp8_format", kAccFp8, Type::text, "`ACCELERATE_FP8_FORMAT` (default HYBRID)"),
+    acc(Setting::fp8_amax_history_len, "fp8_amax_history_len", kAccFp8, Type::text,
+        "`ACCELERATE_FP8_AMAX_HISTORY_LEN` (default 1024)", integer),
+    acc(Setting::fp8_amax_compute_algo, "fp8_amax_compute_algo", kAccFp8, Type::text,
+        "`ACCELERATE_FP8_AMAX_COMPUTE_ALGO` (default most_recent)"),
+    acc(Setting::fp8_override_linear_precision, "fp8_override_linear_precision", kAccFp8, Type::text,
+        "`ACCELERATE_FP8_OVERRIDE_FPROP`, `_DGRAD`, `_WGRAD` (default False,False,False)"),
+    acc(Setting::fp8_opt_level, "fp8_opt_level", kAccFp8, Type::text, "`ACCELERATE_FP8_OPT_LEVEL` (default O2)"),
+    acc(Setting::fp8_enable_fsdp_float8_all_gather, "fp8_enable_fsdp_float8_all_gather", kAccFp8, Type::text,
+        "`ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER` (default true)"),
+    acc(Setting::fp8_pad_inner_dim, "fp8_pad_inner_dim", kAccFp8, Type::text, "`ACCELERATE_FP8_PAD_INNER_DIM` (default true)"),
 };
 #pragma GCC diagnostic pop
 
@@ -224,6 +363,31 @@ std::vector<std::string> choices(Setting id) {
 }  // namespace
 
 const std::vector<Flag>& flags() { return kFlags; }
+
+std::string refused_accelerate_flag(const std::string& flag) {
+  static const std::pair<const char*, const char*> refused[] = {
+      {"--tpu", "TPUs"},
+      {"--no_tpu_cluster", "TPUs"},
+      {"--vm", "TPUs"},
+      {"--env", "TPUs (a TPU pod's variables)"},
+      {"--use_megatron_lm", "Megatron-LM"},
+      {"--megatron_lm_", "Megatron-LM"},
+      {"--use_parallelism_config", "accelerate's ParallelismConfig"},
+      {"--parallelism_config_", "accelerate's ParallelismConfig"},
+      {"--mpirun_hostfile", "mpirun (dtlaunch starts the CPU processes itself; several machines: --nnodes)"},
+      {"--aws_", "Amazon SageMaker"},
+  };
+  std::string name = flag.substr(0, flag.find('='));
+  if (name.rfind("--", 0) == 0) name = "--" + text::replace_all(name.substr(2), "-", "_");
+  for (const auto& [prefix, what] : refused) {
+    const std::string p = prefix;
+    const bool is_prefix = p.back() == '_';
+    if (is_prefix ? name.rfind(p, 0) == 0 : (name == p || (p == "--tpu" && name.rfind("--tpu_", 0) == 0))) {
+      return name + ": accelerate launch's flag for " + what + ", which dtlaunch does not start";
+    }
+  }
+  return "";
+}
 
 const Flag& flag(Setting id) { return kFlags.at(static_cast<size_t>(id)); }
 

@@ -19,6 +19,19 @@ enum class Setting {
   rdzv_id, rdzv_conf, local_addr, rdzv_token, rdzv_token_file, run_id, max_restarts, monitor_interval,
   start_method, role, no_python, module, run_path, log_dir, redirects, tee, local_ranks_filter,
   shutdown_timeout, signals_to_handle, gpu_ids, gpu_visibility, fake_gpus, mixed_precision, use_cpu, debug,
+  // accelerate launch's own settings (config/accelerate.h turns them into the workers' variables)
+  same_network, multi_gpu, use_fsdp, use_deepspeed, num_cpu_threads_per_process, enable_cpu_affinity,
+  main_training_function, downcast_bf16, quiet, dynamo_backend, dynamo_mode, dynamo_use_fullgraph, dynamo_use_dynamic,
+  dynamo_use_regional_compilation, fsdp_version, fsdp_offload_params, fsdp_min_num_params, fsdp_sharding_strategy,
+  fsdp_reshard_after_forward, fsdp_auto_wrap_policy, fsdp_transformer_layer_cls_to_wrap, fsdp_backward_prefetch,
+  fsdp_state_dict_type, fsdp_forward_prefetch, fsdp_use_orig_params, fsdp_cpu_ram_efficient_loading,
+  fsdp_sync_module_states, fsdp_activation_checkpointing, fsdp_activation_checkpointing_offload, fsdp_ignored_modules,
+  zero_stage, offload_optimizer_device, offload_param_device, offload_optimizer_nvme_path, offload_param_nvme_path,
+  gradient_accumulation_steps, gradient_clipping, zero3_init_flag, zero3_save_16bit_model, deepspeed_config_file,
+  deepspeed_multinode_launcher, deepspeed_hostfile, deepspeed_exclusion_filter, deepspeed_inclusion_filter,
+  deepspeed_moe_layer_cls_names, fp8_backend, fp8_use_autocast_during_eval, fp8_margin, fp8_interval, fp8_format,
+  fp8_amax_history_len, fp8_amax_compute_algo, fp8_override_linear_precision, fp8_opt_level,
+  fp8_enable_fsdp_float8_all_gather, fp8_pad_inner_dim,
 };
 
 /// How a config file writes the value.
@@ -45,6 +58,11 @@ struct Flag {
   bool names_path = false;                ///< the value is a file or folder (completion offers paths)
   /// Parses the text into `o`; throws std::invalid_argument with the reason ("expected ...").
   void (*apply)(const std::string& text, LaunchOptions& o) = nullptr;
+  /// accelerate launch's spelling of this setting when it differs (`num_processes`), or "". Given in
+  /// that spelling, the value has accelerate's meaning (command_line.cc converts it).
+  const char* accelerate_flag = "";
+  /// accelerate's own setting: the text, as given, goes to LaunchOptions::accelerate.values.
+  bool accelerate_only = false;
 };
 
 /// The table, one row per Setting, in Setting order.
@@ -57,6 +75,9 @@ const Flag* find_flag(const std::string& name);
 std::vector<std::string> long_spellings(const Flag& f);
 /// PET_NAME, then the row's own variables.
 std::vector<std::string> variable_names(const Flag& f);
+/// accelerate launch's flags that dtlaunch refuses, and why, for "--flag": "" when dtlaunch knows
+/// no such accelerate flag.
+std::string refused_accelerate_flag(const std::string& flag);
 /// The --help sections, in order.
 std::vector<std::string> help_groups();
 /// README's flag tables, one per --help section (flag | default | meaning).

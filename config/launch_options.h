@@ -12,7 +12,8 @@ namespace dtl::config {
 
 /// `--nproc_per_node`: a count, or a word resolved against the machine.
 struct NprocSpec {
-  enum class Kind { count, gpu, cpu, auto_ } kind = Kind::count;
+  /// gpu_or_one: accelerate launch given no num_processes (one per GPU, else one); never typed.
+  enum class Kind { count, gpu, cpu, auto_, gpu_or_one } kind = Kind::count;
   int count = 1;
 };
 
@@ -59,6 +60,18 @@ struct Source {
   }
 };
 
+/// What `accelerate launch` would make of the run, for the variables it gives the workers
+/// (config/accelerate.h). Settings shared with torchrun (num_processes, mixed_precision, ...) live
+/// in LaunchOptions' own fields.
+struct AccelerateOptions {
+  bool launch = false;   ///< `dtlaunch launch` or an accelerate file: the workers get accelerate launch's variables
+  bool chosen = false;   ///< a file's distributed_type or a flag (--multi_gpu, --use_fsdp, ...) chose the launcher
+  bool use_cpu = false;  ///< accelerate's own use_cpu (--cpu, or the file's key): ACCELERATE_USE_CPU, KMP_*
+  bool physical_gpu_ids = false;  ///< gpu_ids came in accelerate's spelling or file: physical ids
+  std::vector<std::string> deepspeed_fields;  ///< the file's deepspeed_config keys (ACCELERATE_CONFIG_DS_FIELDS)
+  std::map<std::string, std::string> values;  ///< accelerate's own settings by name, as given
+};
+
 struct LaunchOptions {
   NprocSpec nproc_per_node;
   int min_nodes = 1;  ///< --nnodes N or MIN:MAX
@@ -96,6 +109,7 @@ struct LaunchOptions {
   bool debug = false;           ///< ACCELERATE_DEBUG_MODE: accelerate checks collective operations
   /// The config file's `env:` entries that no inherited variable overrides, in file order.
   std::vector<std::pair<std::string, std::string>> extra_env;
+  AccelerateOptions accelerate;
   std::string config_file;  ///< the config file in effect; empty: none
   /// Where each setting's value came from, by setting name; a setting missing here has its default.
   std::map<std::string, Source> sources;
@@ -112,8 +126,9 @@ struct LaunchOptions {
   }
 };
 
-/// The variables a launch adds to the workers' inherited environment (the plan carries them):
-/// `env:` entries and ACCELERATE_MIXED_PRECISION / ACCELERATE_USE_CPU / ACCELERATE_DEBUG_MODE.
+/// The variables a launch in dtlaunch's own terms adds to the workers' inherited environment (the plan
+/// carries them): `env:` entries and ACCELERATE_MIXED_PRECISION / ACCELERATE_USE_CPU /
+/// ACCELERATE_DEBUG_MODE. A launch in accelerate's terms gets config/accelerate.h's instead.
 inline std::vector<std::pair<std::string, std::string>> worker_variables(const LaunchOptions& o) {
   auto vars = o.extra_env;
   if (!o.mixed_precision.empty()) vars.emplace_back("ACCELERATE_MIXED_PRECISION", o.mixed_precision);

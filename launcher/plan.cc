@@ -1,9 +1,13 @@
 #include "launcher/plan.h"
 
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <set>
 
 #include <unistd.h>
 
+#include "config/accelerate.h"
 #include "config/text.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/spawn.h"
@@ -34,7 +38,27 @@ std::string random_id() {
   return id;
 }
 
+std::string current_directory() {
+  std::error_code ec;
+  auto cwd = std::filesystem::current_path(ec);
+  return ec ? "." : cwd.string();
+}
+
 }  // namespace
+
+int physical_core_count(int fallback) {
+  std::set<std::pair<std::string, std::string>> cores;
+  std::error_code ec;
+  for (const auto& cpu : std::filesystem::directory_iterator("/sys/devices/system/cpu", ec)) {
+    const std::string name = cpu.path().filename().string();
+    if (name.size() < 4 || name.rfind("cpu", 0) != 0 || !std::isdigit(static_cast<unsigned char>(name[3]))) continue;
+    std::string package, core;
+    std::ifstream(cpu.path() / "topology/physical_package_id") >> package;
+    std::ifstream(cpu.path() / "topology/core_id") >> core;
+    if (!core.empty()) cores.emplace(package, core);
+  }
+  return cores.empty() ? fallback : static_cast<int>(cores.size());
+}
 
 std::vector<std::string> substitute_local_rank(const std::vector<std::string>& argv, int local_rank) {
   std::vector<std::string> out;
@@ -93,7 +117,9 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   plan.argv.insert(plan.argv.end(), o.program_args.begin(), o.program_args.end());
 
   // GPUs and the number of workers.
-  auto selection = select_gpus(host.gpus.gpus, env("CUDA_VISIBLE_DEVICES"), o.gpu_ids);
+  // accelerate's gpu_ids are physical ids: an inherited CUDA_VISIBLE_DEVICES does not narrow them.
+  auto selection = select_gpus(host.gpus.gpus, o.accelerate.physical_gpu_ids ? std::nullopt : env("CUDA_VISIBLE_DEVICES"),
+                               o.gpu_ids);
   if (auto* why = std::get_if<std::string>(&selection)) return error(*why);
   const auto& gpus = std::get<std::vector<std::string>>(selection);
   const int ngpus = static_cast<int>(gpus.size());
@@ -101,6 +127,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
     case NprocSpec::Kind::count: plan.nproc = o.nproc_per_node.count; break;
     case NprocSpec::Kind::cpu: plan.nproc = host.cpu_count; break;
     case NprocSpec::Kind::auto_: plan.nproc = ngpus > 0 ? ngpus : host.cpu_count; break;
+    case NprocSpec::Kind::gpu_or_one: plan.nproc = ngpus > 0 ? ngpus : 1; break;
     case NprocSpec::Kind::gpu:
       if (ngpus == 0) {
         return error(o.named("nproc_per_node", "gpu") + " but no GPU is visible (" +
@@ -125,12 +152,17 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
                                " GPUs round-robin (NCCL refuses two ranks on one GPU)");
       }
     } else {
-      const bool narrowed = o.gpu_ids || host.gpus.source == "fake";
+      // Fake GPUs are narrowed to themselves, except for accelerate, which names only its gpu_ids.
+      const bool narrowed = o.gpu_ids || (host.gpus.source == "fake" && !o.accelerate.launch);
       for (auto& v : plan.cuda_visible_devices) v = narrowed ? std::optional<std::string>(text::join(gpus)) : std::nullopt;
       plan.notices.push_back(std::to_string(plan.nproc) + " workers on " + std::to_string(ngpus) + " " + how +
                              "; gpu_visibility=all: every worker sees GPUs " + text::join(gpus) +
                              " and picks cuda:LOCAL_RANK (torchrun's behaviour)");
     }
+  }
+  if (o.accelerate.launch) {
+    const int cores = host.physical_cores > 0 ? host.physical_cores : physical_core_count(host.cpu_count);
+    plan.group.variables = config::accelerate_variables(o, {host.env, current_directory(), plan.nproc, ngpus, cores});
   }
   if (plan.nproc > 1 && !env("OMP_NUM_THREADS")) {
     plan.notices.push_back("OMP_NUM_THREADS=1 for each worker, to avoid overloading the machine "

@@ -23,7 +23,12 @@ struct HostFacts {
   int cpu_count = 1;
   config::EnvLookup env;
   std::function<rendezvous::PortResult(const std::string& addr, int port)> reserve_port;
+  int physical_cores = 0;  ///< 0: counted from /sys when an accelerate CPU run needs it
 };
+
+/// Distinct (package, core) pairs under /sys/devices/system/cpu, as psutil's cpu_count(logical=False);
+/// `fallback` when /sys does not say.
+int physical_core_count(int fallback);
 
 struct LaunchPlan {
   std::string title;                ///< the program as the user named it, for the failure summary

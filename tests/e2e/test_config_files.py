@@ -57,12 +57,15 @@ class ConfigFiles(LaunchTest):
         path = self.write("acc.yaml", "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n"
                                       "num_machines: 1\nnum_processes: 2\ngpu_ids: '1,3'\nmain_process_port: 0\n"
                                       "mixed_precision: no\ndebug: true\nuse_cpu: false\n")
-        r = self.launch("--config_file", path, "--fake_gpus=4", *self.worker("env"))
+        r = self.launch("--config_file", path, "--fake_gpus=4", "--gpu_visibility=per_worker", *self.worker("env"))
         self.assertExitCode(r, 0)
         ranks = parse_env(r.stdout)
         self.assertEqual({lr: e["CUDA_VISIBLE_DEVICES"] for lr, e in ranks.items()}, {0: "1", 1: "3"})
         self.assertEqual({e["WORLD_SIZE"] for e in ranks.values()}, {"2"})
-        r = self.launch("--config_file", path, "--fake_gpus=4", *SHOW_ACCELERATE)
+        # accelerate's own layout, the default for its files: every worker sees gpu_ids and picks cuda:LOCAL_RANK.
+        r = self.launch("--config_file", path, "--fake_gpus=4", *self.worker("env"))
+        self.assertEqual({lr: e["CUDA_VISIBLE_DEVICES"] for lr, e in parse_env(r.stdout).items()}, {0: "1,3", 1: "1,3"})
+        r = self.launch("--config_file", path, "--fake_gpus=4", "--gpu_visibility=per_worker", *SHOW_ACCELERATE)
         self.assertExitCode(r, 0)
         self.assertEqual(sorted(re.findall(r"^\[default\d\]:(.*)$", r.stdout, re.M)),
                          ["mp=no cpu=unset debug=true nccl=unset cvd=1", "mp=no cpu=unset debug=true nccl=unset cvd=3"])
@@ -81,7 +84,7 @@ class ConfigFiles(LaunchTest):
         r = self.launch("--config_file", path, "--fake_gpus=4", *SHOW_ACCELERATE)
         self.assertExitCode(r, 0)
         self.assertEqual(re.findall(r"^\[default\d\]:(.*)$", r.stdout, re.M),
-                         ["mp=bf16 cpu=true debug=unset nccl=unset cvd=unset"] * 3)
+                         ["mp=bf16 cpu=True debug=unset nccl=unset cvd=unset"] * 3)  # accelerate's str(True)
 
     def test_flags_and_variables_win_over_the_file(self):
         path = self.write("c.yaml", "nproc_per_node: 2\nmaster_port: 0\nrole: fromfile\nmixed_precision: bf16\n"
@@ -113,16 +116,23 @@ class ConfigFiles(LaunchTest):
         self.assertEqual(settings["standalone"], ("false", "default"))
         self.assertIn(f"# config file: {path} (accelerate's format)\n", r.stdout)
 
-    def test_sections_dtlaunch_does_not_act_on_get_one_warning(self):
+    def test_sections_reach_the_workers_and_only_what_no_worker_sees_gets_a_warning(self):
         path = self.write("ds.yaml", "distributed_type: DEEPSPEED\nnum_processes: 2\nmain_process_port: 0\n"
-                                     "deepspeed_config:\n  zero_stage: 2\nfsdp_config: {}\ndynamo_config:\n"
-                                     "  dynamo_backend: INDUCTOR\n")
+                                     "deepspeed_config:\n  zero_stage: 2\n  zero_stagge: 3\nfsdp_config: {}\n"
+                                     "dynamo_config:\n  dynamo_backend: INDUCTOR\nmegatron_lm_config:\n  tp: 2\n")
         r = self.launch("--config_file", path, *self.worker("env"))
         self.assertExitCode(r, 0)
         warnings = [l for l in r.stderr.splitlines() if "warning" in l]
-        self.assertEqual(warnings, [f"dtlaunch: warning: {path}: ignoring distributed_type: DEEPSPEED, deepspeed_config, "
-                                    "dynamo_config (accelerate features that dtlaunch does not set up; it launches the "
-                                    "processes only)"])
+        self.assertEqual(warnings, [
+            f"dtlaunch: warning: {path}: ignoring deepspeed_config.zero_stagge (not among accelerate launch's settings, "
+            "so accelerate passes them to no worker either)",
+            f"dtlaunch: warning: {path}: ignoring megatron_lm_config (accelerate features that dtlaunch does not set up; "
+            "it launches the processes only)"])
+        r = self.launch("--config_file", path, "--no_python", "/bin/sh", "-c",
+                        'echo "$ACCELERATE_USE_DEEPSPEED $ACCELERATE_DEEPSPEED_ZERO_STAGE $ACCELERATE_CONFIG_DS_FIELDS '
+                        '${ACCELERATE_DYNAMO_BACKEND-unset}"')
+        # accelerate's DeepSpeed launcher sets no dynamo variables
+        self.assertEqual(re.findall(r"^\[default\d\]:(.*)$", r.stdout, re.M), ["true 2 zero_stage,zero_stagge unset"] * 2)
 
     def test_a_bad_file_is_one_line_exit_2_and_nothing_runs(self):
         out = os.path.join(self.tmp, "touched")

@@ -8,29 +8,15 @@
 
 #include "config/command_line.h"
 #include "config/config_file.h"
+#include "fake_env.h"
 
 using namespace dtl::config;
+using dtl::test::env_of;
+using dtl::test::files_of;
 
 namespace {
 
 using Vars = std::map<std::string, std::string>;
-
-EnvLookup env_of(Vars vars) {
-  return [vars](const std::string& k) -> std::optional<std::string> {
-    auto it = vars.find(k);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
-
-/// A disk that holds only these files.
-ReadFile files_of(std::map<std::string, std::string> files) {
-  return [files](const std::string& path) -> FileRead {
-    auto it = files.find(path);
-    if (it == files.end()) return {FileRead::Status::missing, "No such file or directory"};
-    return {FileRead::Status::ok, it->second};
-  };
-}
 
 ParseResult parse_with(const std::string& yaml, std::vector<std::string> args, Vars vars = {}) {
   args.insert(args.begin(), {"--config_file", "cfg.yaml"});

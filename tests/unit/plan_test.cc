@@ -133,3 +133,30 @@ TEST_CASE("accelerate's variables and the file's env entries go to the workers t
   CHECK(plan.group.variables == EnvPairs{{"OMP_NUM_THREADS", "4"}});
   CHECK(plan.notices.empty());  // no "OMP_NUM_THREADS=1 for each worker"
 }
+
+TEST_CASE("after launch, gpu_ids are physical ids whatever CUDA_VISIBLE_DEVICES says, and every worker sees them") {
+  Fixture f;
+  f.gpus = discover_gpus(4);
+  f.env["CUDA_VISIBLE_DEVICES"] = "2,3";
+  auto p = f.ok({"launch", "--multi_gpu", "--num_processes=2", "--gpu_ids=0,1", "--no_python", "true"});
+  CHECK(p.cuda_visible_devices == std::vector<std::optional<std::string>>{"0,1", "0,1"});
+  // dtlaunch's own --gpu_ids: indices among the visible GPUs 2,3, one per worker.
+  auto own = f.ok({"--nproc_per_node=2", "--gpu_ids=0,1", "--no_python", "true"});
+  CHECK(own.cuda_visible_devices == std::vector<std::optional<std::string>>{"2", "3"});
+  // Without gpu_ids, accelerate names no GPU: CUDA_VISIBLE_DEVICES is left as inherited.
+  f.env.erase("CUDA_VISIBLE_DEVICES");
+  auto all = f.ok({"launch", "--no_python", "true"});
+  CHECK(all.nproc == 4);  // no num_processes: one per GPU
+  CHECK(all.cuda_visible_devices == std::vector<std::optional<std::string>>(4, std::nullopt));
+}
+
+TEST_CASE("after launch, the plan carries accelerate's variables for the workers") {
+  Fixture f;
+  auto p = f.ok({"launch", "--cpu", "--num_processes=2", "--mixed_precision=bf16", "--no_python", "true"});
+  std::map<std::string, std::string> vars(p.group.variables.begin(), p.group.variables.end());
+  CHECK(vars["ACCELERATE_USE_CPU"] == "True");
+  CHECK(vars["ACCELERATE_MIXED_PRECISION"] == "bf16");
+  CHECK(vars["KMP_BLOCKTIME"] == "1");
+  CHECK(vars.count("OMP_NUM_THREADS") == 1);
+  CHECK(p.notices.empty());  // accelerate's OMP_NUM_THREADS, not dtlaunch's notice
+}
