@@ -39,7 +39,7 @@ ParseResult answered(std::string output) {
 std::string help_line(const Flag& f) {
   std::string help = text::replace_all(f.help, "`", "");
   std::string def = text::replace_all(*f.default_shown ? f.default_shown : f.default_value, "`", "");
-  if (!def.empty()) help += " (default " + def + ")";
+  if (!def.empty()) help += " (default: " + def + ")";
   for (const char* v : f.variables) help += std::string(" (or $") + v + ")";
   return help;
 }
@@ -311,10 +311,19 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
   return std::nullopt;
 }
 
-/// The rules that involve two settings, checked here whatever the source of each value.
-std::optional<Error> check_rules(const std::vector<Resolved>& settings, const LaunchOptions& o) {
+/// The rules that involve two settings, checked here, after every row has parsed, whatever the
+/// source of each value; and the one thing a setting implies for another (use_cpu drops gpu_ids).
+std::optional<Error> check_rules(const std::vector<Resolved>& settings, LaunchOptions& o) {
+  if (o.use_cpu) o.gpu_ids.reset();  // a CPU job uses no GPU (accelerate's CPU files say gpu_ids: all)
   if (auto error = check_accelerate_rules(settings, o)) return error;
-  const Resolved& nproc = settings[static_cast<size_t>(Setting::nproc_per_node)];
+  const auto setting = [&](Setting id) -> const Resolved& { return settings[static_cast<size_t>(id)]; };
+  if (o.node_rank >= o.max_nodes) {
+    return value_error(setting(Setting::node_rank), "expected a node rank in 0.." + std::to_string(o.max_nodes - 1));
+  }
+  if (o.module && o.no_python) {
+    return value_error(setting(Setting::module), "--module runs python -m and cannot be combined with --no_python");
+  }
+  const Resolved& nproc = setting(Setting::nproc_per_node);
   if (o.use_cpu && o.nproc_per_node.kind == NprocSpec::Kind::gpu) {
     return value_error(nproc, "expected a count, cpu or auto, since use_cpu is set (" + o.source("use_cpu").where + ")");
   }

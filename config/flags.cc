@@ -125,8 +125,8 @@ const std::vector<Flag> kFlags = {
      .accelerate_flag = "num_machines"},
     {.id = Setting::node_rank, .name = "node_rank", .accelerate_key = "machine_rank", .default_value = "0",
      .group = kNodes, .help = "rank of this node (static rendezvous)",
-     .apply = [](const S& t, O& o) {  // after nnodes
-       o.node_rank = static_cast<int>(parse_int(t, 0, o.max_nodes - 1, "a node rank in 0.." + std::to_string(o.max_nodes - 1)));
+     .apply = [](const S& t, O& o) {  // its range against nnodes: check_rules
+       o.node_rank = static_cast<int>(parse_int(t, 0, 1 << 20, "a node rank >= 0"));
      },
      .accelerate_flag = "machine_rank"},
     {.id = Setting::master_addr, .name = "master_addr", .accelerate_key = "main_process_ip",
@@ -183,10 +183,7 @@ const std::vector<Flag> kFlags = {
      .apply = [](const S& t, O& o) { o.no_python = parse_bool(t); }},
     {.id = Setting::module, .name = "module", .short_name = "-m", .type = Type::switch_, .group = kWorkers,
      .help = "`python3 -u -m module args`; an error with `--no_python`", .apply = [](const S& t, O& o) {
-       o.module = parse_bool(t);  // after no_python
-       if (o.module && o.no_python) {
-         throw std::invalid_argument("--module runs python -m and cannot be combined with --no_python");
-       }
+       o.module = parse_bool(t);  // with --no_python: check_rules
      }},
     {.id = Setting::run_path, .name = "run_path", .type = Type::switch_, .group = kWorkers,
      .help = "accepted for torchrun's command lines: runs the script through `python3`",
@@ -248,8 +245,7 @@ const std::vector<Flag> kFlags = {
      .type = Type::switch_, .group = kAccelerate,
      .help = "a CPU job: the machine's GPUs are left alone (`ACCELERATE_USE_CPU` for the workers)",
      .apply = [](const S& t, O& o) {
-       o.use_cpu = parse_bool(t);
-       if (o.use_cpu) o.gpu_ids.reset();  // after gpu_ids: accelerate's CPU files say gpu_ids: all
+       o.use_cpu = parse_bool(t);  // a CPU job's gpu_ids: check_rules
      },
      .accelerate_flag = "cpu"},
     {.id = Setting::debug, .name = "debug", .variables = {"ACCELERATE_DEBUG_MODE"}, .accelerate_key = "debug",

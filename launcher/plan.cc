@@ -82,18 +82,18 @@ bool is_multi_node(const config::LaunchOptions& o) {
   return !o.standalone && (o.max_nodes > 1 || (o.rdzv_backend == "c10d" && !o.rdzv_endpoint.empty()));
 }
 
-std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
-  LaunchPlan plan;
-  plan.group.variables = config::worker_variables(o);
-  const config::EnvLookup env = with_variables(plan.group.variables, host.env);
-  const std::string path_env = env("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+namespace {
 
-  // The command.
+/// What runs: the program itself (--no_python), or python on the script or module; 127 when it is
+/// not there.
+std::optional<Error> plan_command(const config::LaunchOptions& o, const config::EnvLookup& env, const HostFacts& host,
+                                  LaunchPlan& plan) {
+  const std::string path_env = env("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
   plan.title = o.program;
   if (o.no_python) {
-    auto exe = find_executable(o.program, path_env);
+    auto exe = host.find_program(o.program, path_env);
     if (!exe) {
-      if (o.program.find('/') != std::string::npos && access(o.program.c_str(), F_OK) == 0) {
+      if (o.program.find('/') != std::string::npos && host.exists(o.program)) {
         return error("'" + o.program + "' is not an executable file");
       }
       return error("program '" + o.program + "' not found" +
@@ -104,9 +104,9 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
     plan.argv.push_back(o.program);
   } else {
     std::string python = env("PYTHON_EXEC").value_or("python3");
-    auto exe = find_executable(python, path_env);
+    auto exe = host.find_program(python, path_env);
     if (!exe) return error("python interpreter '" + python + "' not found (set PYTHON_EXEC, or use --no_python)", 127);
-    if (!o.module && access(o.program.c_str(), F_OK) != 0) {
+    if (!o.module && !host.exists(o.program)) {
       return error("script '" + o.program + "' not found (use --no_python to run a program from PATH)", 127);
     }
     plan.exec_path = *exe;
@@ -115,6 +115,16 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
     plan.argv.push_back(o.program);
   }
   plan.argv.insert(plan.argv.end(), o.program_args.begin(), o.program_args.end());
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
+  LaunchPlan plan;
+  plan.group.variables = config::worker_variables(o);
+  const config::EnvLookup env = with_variables(plan.group.variables, host.env);
+  if (auto why = plan_command(o, env, host, plan)) return *why;
 
   // GPUs and the number of workers.
   // accelerate's gpu_ids are physical ids: an inherited CUDA_VISIBLE_DEVICES does not narrow them.

@@ -13,6 +13,7 @@
 #include "config/launch_options.h"
 #include "config/command_line.h"
 #include "launcher/gpus.h"
+#include "launcher/spawn.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/ports.h"
 
@@ -24,6 +25,10 @@ struct HostFacts {
   config::EnvLookup env;
   std::function<rendezvous::PortResult(const std::string& addr, int port)> reserve_port;
   int physical_cores = 0;  ///< 0: counted from /sys when an accelerate CPU run needs it
+  /// The file system as the plan sees it: a PATH lookup as execvp does it, and whether a path exists.
+  std::function<std::optional<std::string>(const std::string& name, const std::string& path_env)> find_program =
+      find_executable;
+  std::function<bool(const std::string& path)> exists = path_exists;
 };
 
 /// Distinct (package, core) pairs under /sys/devices/system/cpu, as psutil's cpu_count(logical=False);

@@ -89,4 +89,6 @@ std::optional<std::string> find_executable(const std::string& name, const std::s
   return std::nullopt;
 }
 
+bool path_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
 }  // namespace dtl::launcher

@@ -28,4 +28,7 @@ pid_t spawn_worker(const SpawnSpec& spec);
 /// given. Returns the path to exec.
 std::optional<std::string> find_executable(const std::string& name, const std::string& path_env);
 
+/// Whether anything is at `path` (access F_OK).
+bool path_exists(const std::string& path);
+
 }  // namespace dtl::launcher

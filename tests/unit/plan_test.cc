@@ -160,3 +160,35 @@ TEST_CASE("after launch, the plan carries accelerate's variables for the workers
   CHECK(vars.count("OMP_NUM_THREADS") == 1);
   CHECK(p.notices.empty());  // accelerate's OMP_NUM_THREADS, not dtlaunch's notice
 }
+
+TEST_CASE("the plan finds programs and scripts through the host's facts, not the disk") {
+  auto options = config::parse_command_line({"--no_python", "trainer", "x"}, [](const std::string&) {
+    return std::optional<std::string>();
+  });
+  REQUIRE(options.options);
+  std::vector<std::string> looked_up;
+  HostFacts host{GpuInventory{{}, "none"}, 2, [](const std::string& k) -> std::optional<std::string> {
+                   return k == "PATH" ? std::optional<std::string>("/opt/bin") : std::nullopt;
+                 },
+                 [](const std::string&, int port) -> rendezvous::PortResult { return port; }};
+  host.find_program = [&](const std::string& name, const std::string& path) -> std::optional<std::string> {
+    looked_up.push_back(name + " in " + path);
+    return name == "trainer" ? std::optional<std::string>("/opt/bin/trainer") : std::nullopt;
+  };
+  host.exists = [](const std::string& path) { return path == "train.py"; };
+  auto plan = make_plan(*options.options, host);
+  REQUIRE(std::holds_alternative<LaunchPlan>(plan));
+  CHECK(std::get<LaunchPlan>(plan).exec_path == "/opt/bin/trainer");
+  CHECK(looked_up == std::vector<std::string>{"trainer in /opt/bin"});
+
+  auto script = config::parse_command_line({"train.py"}, [](const std::string&) { return std::optional<std::string>(); });
+  host.find_program = [](const std::string& name, const std::string&) -> std::optional<std::string> {
+    return "/fake/" + name;
+  };
+  CHECK(std::get<LaunchPlan>(make_plan(*script.options, host)).argv ==
+        std::vector<std::string>{"python3", "-u", "train.py"});
+  auto missing = config::parse_command_line({"nothere.py"}, [](const std::string&) { return std::optional<std::string>(); });
+  auto refused = make_plan(*missing.options, host);
+  REQUIRE(std::holds_alternative<Error>(refused));
+  CHECK(std::get<Error>(refused).exit_code == 127);
+}
