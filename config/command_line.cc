@@ -473,7 +473,7 @@ std::vector<OptionDoc> option_docs() { return CommandLine().docs(); }
 ParseResult parse_command_line(const std::vector<std::string>& all_args, const EnvLookup& env,
                                const ReadFile& files) {
   // `dtlaunch launch ARGS` is `accelerate launch ARGS`: accelerate's meaning, and its workers' variables.
-  const bool launch = !all_args.empty() && all_args.front() == "launch";
+  const bool launch = !all_args.empty() && all_args.front() == kLaunchWord;
   const std::vector<std::string> args(all_args.begin() + (launch ? 1 : 0), all_args.end());
   CommandLine cl;
   if (auto answered = cl.parse(args)) return *answered;

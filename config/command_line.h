@@ -42,6 +42,9 @@ struct OptionDoc {
 /// Every option --help lists, in its order.
 std::vector<OptionDoc> option_docs();
 
+/// accelerate's spelling: `dtlaunch launch ARGS` is `dtlaunch ARGS`, with accelerate's meanings.
+inline constexpr const char* kLaunchWord = "launch";
+
 /// Parses the arguments after argv[0], with the config file in effect (--config_file,
 /// $DTLAUNCH_CONFIG_FILE or the default one) read through `files`. Precedence, for every setting:
 /// flag > PET_*/DTLAUNCH_*/accelerate's variable > config file > default, and each setting's Source

@@ -83,6 +83,11 @@ class BashCompletionTest(unittest.TestCase):
         self.assertEqual(self.complete("dtlaunch config "), ["default", "show", "validate"])
         self.assertEqual(self.complete("dtlaunch completion "), ["bash", "man", "zsh"])
 
+    def test_after_launch_dtlaunch_s_own_flags_complete_again(self):
+        self.assertEqual(self.complete("dtlaunch la"), ["launch"])
+        self.assertEqual(self.complete("dtlaunch launch --nproc_"), ["--nproc_per_node"])
+        self.assertEqual(self.complete("dtlaunch launch --mixed_precision b"), ["bf16"])
+
     def test_paths_after_a_subcommand_s_own_word(self):
         with tempfile.TemporaryDirectory() as d:
             open(os.path.join(d, "cfg.yaml"), "w").close()
