@@ -29,6 +29,8 @@
 
 namespace {
 
+using namespace dtl;
+
 /// dtlaunch's messages: "dtlaunch: warning: ..." on stderr, through `sink` when given.
 void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
   auto logger = sink ? std::make_shared<spdlog::logger>("dtlaunch", std::move(sink))
@@ -38,11 +40,76 @@ void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
   spdlog::set_default_logger(logger);
 }
 
+/// What a launch runs, once every check that can refuse it has passed.
+struct Prepared {
+  launcher::LaunchPlan plan;
+  std::optional<launcher::AgentOptions> agent;  ///< set: a node of a multi-node job
+};
+
+/// Looks at the machine and plans; a refusal is an Error, printed by the caller.
+std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, const config::EnvLookup& env) {
+  launcher::HostFacts host{
+      options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
+      posix::cpu_count(), env, [&](const std::string& addr, int port) {
+        return rendezvous::reserve_check(addr, port,
+                                         {launcher::called(options, "master_addr"), launcher::called(options, "master_port")});
+      }};
+  auto planned = launcher::make_plan(options, host);
+  if (auto* err = std::get_if<Error>(&planned)) return *err;
+  Prepared p{std::get<launcher::LaunchPlan>(std::move(planned)), std::nullopt};
+  for (const auto& notice : p.plan.notices) {
+    if (notice.rfind("warning: ", 0) == 0) {
+      spdlog::warn("{}", notice.substr(9));
+    } else {
+      spdlog::info("{}", notice);
+    }
+  }
+  if (launcher::is_multi_node(options)) {
+    auto made = launcher::make_agent_options(options, p.plan, launcher::this_host());
+    if (auto* err = std::get_if<Error>(&made)) return *err;
+    for (const auto& w : std::get<launcher::AgentSetup>(made).warnings) spdlog::warn("{}", w);
+    p.agent = std::get<launcher::AgentSetup>(made).options;
+  }
+  return p;
+}
+
+/// Runs the workers (the supervisor, or this node's agent) and keeps or removes the log folder.
+int run(const Prepared& p, launcher::Console& console) {
+  const auto fail = [&](const Error& e) {
+    console.write(2, error_line(e));
+    return e.exit_code;
+  };
+  const launcher::LaunchPlan& plan = p.plan;
+  launcher::OrphanGuard guard;
+  std::optional<launcher::RunLogDir> run_logs;
+  try {
+    run_logs.emplace(plan.log_dir, plan.group.run_id, !plan.writes_log_files());
+  } catch (const std::system_error& e) {
+    // A --log_dir that cannot be made is bad input (exit 2, nothing started); a full /tmp is not.
+    return fail(Error{e.what(), plan.log_dir.empty() ? 1 : 2});
+  }
+  launcher::RunLogDir& logs = *run_logs;
+  // Should dtlaunch be SIGKILLed, the guard removes what only this run could have used.
+  if (logs.temporary() && !plan.writes_log_files()) guard.remove_on_death(logs.root());
+  boost::asio::io_context io;
+  auto runner = p.agent ? launcher::make_elastic_agent(io, console, plan, logs, guard, *p.agent)
+                        : launcher::make_supervisor(io, console, plan, logs, guard, posix::host_name());
+  int code = 0;
+  try {
+    code = runner->run();
+  } catch (const ErrorException& e) {  // refused before anything started (a taken rendezvous port)
+    code = fail(e.error());
+  }
+  const bool keep = !plan.log_dir.empty() || runner->wrote_log_files();
+  if (keep && logs.temporary()) spdlog::info("per-rank logs are in {}", logs.path().string());
+  if (keep) guard.remove_on_death("");
+  logs.finish(keep);
+  return code;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace dtl;
   // Started with 0, 1 or 2 closed (`dtlaunch ... >&-`), the next descriptors opened would land there:
   // the orphan guard's pipe (which the guard then closes with its stdin and stdout) or the event
   // loop's, which the console would then write into. /dev/null holds those places instead.
@@ -62,74 +129,24 @@ int main(int argc, char** argv) {
     std::cout << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
     return 0;
   }
-  const config::LaunchOptions& options = *parsed.options;
   // From here on everything dtlaunch and its workers print goes through the console's own thread,
   // so a console that stops reading cannot stall the event loop (signals, exits, the rendezvous).
   launcher::Console console;
   setup_logging(console.sink());
-  const auto fail = [&](const Error& e) {
-    console.write(2, error_line(e));
-    return e.exit_code;
-  };
   for (const auto& w : parsed.warnings) spdlog::warn("{}", w);
-
   // Orphans of workers come to dtlaunch, which stops them; the guard covers a SIGKILLed dtlaunch.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   // A console that went away (`dtlaunch ... | head`) must not kill the job: its output is dropped.
   signal(SIGPIPE, SIG_IGN);
   try {
-    launcher::HostFacts host{options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
-                             posix::cpu_count(), env,
-                             [&](const std::string& addr, int port) {
-                               return rendezvous::reserve_check(addr, port, {launcher::called(options, "master_addr"),
-                                                                             launcher::called(options, "master_port")});
-                             }};
-    auto planned = launcher::make_plan(options, host);
-    if (auto* err = std::get_if<Error>(&planned)) return fail(*err);
-    const auto& plan = std::get<launcher::LaunchPlan>(planned);
-    for (const auto& notice : plan.notices) {
-      if (notice.rfind("warning: ", 0) == 0) {
-        spdlog::warn("{}", notice.substr(9));
-      } else {
-        spdlog::info("{}", notice);
-      }
+    auto prepared = prepare(*parsed.options, env);
+    if (auto* err = std::get_if<Error>(&prepared)) {
+      console.write(2, error_line(*err));
+      return err->exit_code;
     }
-
-    std::optional<launcher::AgentOptions> agent_options;
-    if (launcher::is_multi_node(options)) {
-      auto made = launcher::make_agent_options(options, plan, launcher::this_host());
-      if (auto* err = std::get_if<Error>(&made)) return fail(*err);
-      for (const auto& w : std::get<launcher::AgentSetup>(made).warnings) spdlog::warn("{}", w);
-      agent_options = std::get<launcher::AgentSetup>(made).options;
-    }
-
-    launcher::OrphanGuard guard;
-    std::optional<launcher::RunLogDir> run_logs;
-    try {
-      run_logs.emplace(plan.log_dir, plan.group.run_id, !plan.writes_log_files());
-    } catch (const std::system_error& e) {
-      // A --log_dir that cannot be made is bad input (exit 2, nothing started); a full /tmp is not.
-      return fail(Error{e.what(), plan.log_dir.empty() ? 1 : 2});
-    }
-    launcher::RunLogDir& logs = *run_logs;
-    // Should dtlaunch be SIGKILLed, the guard removes what only this run could have used.
-    if (logs.temporary() && !plan.writes_log_files()) guard.remove_on_death(logs.root());
-    boost::asio::io_context io;
-    auto runner = agent_options ? launcher::make_elastic_agent(io, console, plan, logs, guard, *agent_options)
-                                : launcher::make_supervisor(io, console, plan, logs, guard, posix::host_name());
-    int code = 0;
-    try {
-      code = runner->run();
-    } catch (const ErrorException& e) {  // refused before anything started (a taken rendezvous port)
-      code = fail(e.error());
-    }
-    const bool wrote_files = runner->wrote_log_files();
-    const bool keep = !plan.log_dir.empty() || wrote_files;
-    if (keep && logs.temporary()) spdlog::info("per-rank logs are in {}", logs.path().string());
-    if (keep) guard.remove_on_death("");
-    logs.finish(keep);
-    return code;
+    return run(std::get<Prepared>(prepared), console);
   } catch (const std::exception& e) {
-    return fail(Error{e.what(), 1});
+    console.write(2, error_line(Error{e.what(), 1}));
+    return 1;
   }
 }
