@@ -29,12 +29,9 @@ std::optional<rdzv::Given> given(const config::LaunchOptions& o, const std::stri
 std::string called(const config::LaunchOptions& o, const std::string& name) { return o.source(name).where; }
 
 std::variant<rdzv::Token, Error> resolve_token(const config::LaunchOptions& o) {
-  rdzv::TokenSources sources{given(o, "rdzv_token", o.rdzv_token), std::nullopt,
-                             "--rdzv_token_file or DTLAUNCH_RDZV_TOKEN"};
-  if (!o.rdzv_token_file.empty()) sources.file = given(o, "rdzv_token_file", o.rdzv_token_file);
-  auto token = rdzv::read_token(sources);
-  if (auto* err = std::get_if<rdzv::TokenError>(&token)) return Error{err->what, 2};
-  return std::get<rdzv::Token>(token);
+  // A token file set anywhere (even to '') is named, so that an empty path is an error, not no token.
+  return rdzv::read_token({given(o, "rdzv_token", o.rdzv_token), given(o, "rdzv_token_file", o.rdzv_token_file),
+                           "--rdzv_token_file or DTLAUNCH_RDZV_TOKEN"});
 }
 
 std::variant<RdzvOptions, Error> rdzv_options(const config::LaunchOptions& o, const std::string& host, int port) {
@@ -46,7 +43,8 @@ std::variant<RdzvOptions, Error> rdzv_options(const config::LaunchOptions& o, co
   auto& s = r.server;
   s.host = host;
   s.port = port;
-  s.credentials = {o.run_id, t.value, "--rdzv_token"};
+  // The handshake's messages name the token as given ("its DTLAUNCH_RDZV_TOKEN differs"); no token: the flag.
+  s.credentials = {o.run_id, t.value, t.source.empty() ? "--rdzv_token" : t.source};
   s.round.static_backend = o.rdzv_backend == "static";
   s.round.min_nodes = o.min_nodes;
   s.round.max_nodes = o.max_nodes;
