@@ -48,14 +48,54 @@ std::string help_line(const Flag& f) {
 class CommandLine {
  public:
   CommandLine() : texts_(flags().size()) {
+    add_rows({});
     app_.prefix_command();
     app_.set_version_flag("--version", "dtlaunch " DTL_VERSION);
     app_.footer("Every --flag_name is also accepted as --flag-name and as the variable PET_FLAG_NAME\n"
                 "(the flag wins over the variable, which wins over the config file). Documentation: README.md.\n"
                 "Also: dtlaunch config (write a config file by answering questions; --help for more),\n"
                 "dtlaunch env (versions, GPUs and settings, for a bug report).");
+    add_config_option();
+    app_.add_flag("--print_config,--print-config", print_config_,
+                  "print the settings in effect and where each comes from, then exit")
+        ->group("Config files");
+    app_.add_flag("--help_markdown", help_markdown_, "README's flag tables")->group("");  // hidden
+  }
+
+  /// Another command's line: settings `rows` as dtlaunch takes them, the config file, and `own`
+  /// options; no program.
+  CommandLine(const std::string& command, const std::string& description, const std::vector<Setting>& rows,
+              const std::vector<CommandOption>& own)
+      : texts_(flags().size()), own_texts_(own.size()), command_(command) {
+    app_.name(command);
+    app_.description(command + ": " + description);
+    for (size_t i = 0; i < own.size(); ++i) {
+      own_.push_back(app_.add_option(own[i].names, own_texts_[i], own[i].help)
+                         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast));
+    }
+    add_rows(rows);
+    add_config_option();
+  }
+
+  /// The values the command's own options were given.
+  void own_values(std::vector<CommandOption>& own) const {
+    for (size_t i = 0; i < own.size(); ++i) {
+      if (own_[i]->count()) own[i].value = own_texts_[i];
+    }
+  }
+
+  /// Whether this command line takes row `i`.
+  bool takes(size_t i) const { return options_[i] != nullptr; }
+
+ private:
+  /// One option per row of the table (rows `only`, when given), in the table's order.
+  void add_rows(const std::vector<Setting>& only) {
     for (size_t i = 0; i < flags().size(); ++i) {
       const Flag& f = flags()[i];
+      if (!only.empty() && std::find(only.begin(), only.end(), f.id) == only.end()) {
+        options_.push_back(nullptr);
+        continue;
+      }
       std::string names = text::join(long_spellings(f));
       if (*f.short_name) names = std::string(f.short_name) + "," + names;
       // Given twice, the last value wins, as with torchrun's argparse (wrappers append overrides).
@@ -65,16 +105,17 @@ class CommandLine {
                                                      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
       options_.push_back(o->group(f.group));
     }
+  }
+
+  void add_config_option() {
     config_option_ = app_.add_option("--config_file,--config-file", config_file_,
                                      "YAML settings (dtlaunch's or accelerate's); default $DTLAUNCH_CONFIG_FILE, else "
                                      "~/.config/dtlaunch/default_config.yaml when it exists; '' for none")
                          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
                          ->group("Config files");
-    app_.add_flag("--print_config,--print-config", print_config_,
-                  "print the settings in effect and where each comes from, then exit")
-        ->group("Config files");
-    app_.add_flag("--help_markdown", help_markdown_, "README's flag tables")->group("");  // hidden
   }
+
+ public:
 
   /// Parses `args`; help, version and CLI11's errors come back as the whole answer.
   std::optional<ParseResult> parse(const std::vector<std::string>& args) {
@@ -87,7 +128,7 @@ class CommandLine {
     } catch (const CLI::CallForVersion& e) {
       return answered(e.what());
     } catch (const CLI::ParseError& e) {
-      return failed(Error{std::string(e.what()) + " (see dtlaunch --help)"});
+      return failed(Error{std::string(e.what()) + " (see " + command_ + " --help)"});
     }
     if (help_markdown_) return answered(flags_markdown());
     return std::nullopt;
@@ -113,7 +154,7 @@ class CommandLine {
   /// Row `i`'s value and the spelling that gave it, when the command line has it.
   std::optional<Resolved> given(size_t i) const {
     const Flag& f = flags()[i];
-    if (options_[i]->count() == 0) return std::nullopt;
+    if (!options_[i] || options_[i]->count() == 0) return std::nullopt;
     auto spelled = typed_.find(options_[i]);
     std::string where = spelled != typed_.end() ? spelled->second : options_[i]->get_name();
     return Resolved{&f, f.type == Type::switch_ ? "1" : texts_[i], Source{Source::Kind::flag, where, ""}};
@@ -165,7 +206,10 @@ class CommandLine {
   std::vector<std::string> texts_;  ///< by row
   std::vector<CLI::Option*> options_;
   std::map<const CLI::Option*, std::string> typed_;
+  std::vector<std::string> own_texts_;  ///< a command's own options' values
+  std::vector<CLI::Option*> own_;
   std::string config_file_;
+  std::string command_ = "dtlaunch";
   CLI::Option* config_option_ = nullptr;
   bool print_config_ = false;
   bool help_markdown_ = false;
@@ -175,10 +219,10 @@ class CommandLine {
 Resolved resolve(size_t i, const CommandLine& cl, const EnvLookup& env, const ConfigFile* file) {
   const Flag& f = flags()[i];
   if (auto typed = cl.given(i)) return *typed;
-  for (const auto& name : variable_names(f)) {
+  for (const auto& name : cl.takes(i) ? variable_names(f) : std::vector<std::string>{}) {
     if (auto v = env(name)) return Resolved{&f, *v, Source{Source::Kind::env, name, ""}};
   }
-  if (file) {
+  if (file && cl.takes(i)) {
     if (auto it = file->values.find(f.name); it != file->values.end()) {
       return Resolved{&f, it->second.value, Source{Source::Kind::file, it->second.where, it->second.note}};
     }
@@ -270,6 +314,27 @@ std::string print_config(const std::vector<Resolved>& settings, const std::vecto
   return format_settings(header + "\n", lines, env);
 }
 
+/// Every setting, resolved and parsed into `options`, with the config file in effect.
+struct Gathered {
+  LaunchOptions options;
+  std::vector<Resolved> settings;
+  std::optional<ConfigLocation> location;
+  std::optional<ConfigFile> file;
+};
+
+std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env, const ReadFile& files) {
+  Gathered g;
+  g.location = locate_config(cl.config_file(), env);
+  auto loaded = load_config(g.location, files);
+  if (auto* error = std::get_if<Error>(&loaded)) return *error;
+  g.file = std::get<std::optional<ConfigFile>>(loaded);
+  const ConfigFile* in_effect = g.file ? &*g.file : nullptr;
+  for (size_t i = 0; i < flags().size(); ++i) g.settings.push_back(resolve(i, cl, env, in_effect));
+  if (auto error = parse_settings(g.settings, g.options)) return *error;
+  if (g.file) g.options.config_file = g.file->path;
+  return g;
+}
+
 }  // namespace
 
 EnvLookup process_env() {
@@ -286,21 +351,12 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
                                const ReadFile& files) {
   CommandLine cl;
   if (auto answered = cl.parse(args)) return *answered;
-  auto location = locate_config(cl.config_file(), env);
-  auto loaded = load_config(location, files);
-  if (auto* error = std::get_if<Error>(&loaded)) return failed(*error);
-  const auto& file = std::get<std::optional<ConfigFile>>(loaded);
+  auto gathered = gather(cl, env, files);
+  if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
+  auto& [o, settings, location, file] = std::get<Gathered>(gathered);
   const ConfigFile* in_effect = file ? &*file : nullptr;
-
-  LaunchOptions o;
-  std::vector<Resolved> settings;
-  for (size_t i = 0; i < flags().size(); ++i) settings.push_back(resolve(i, cl, env, in_effect));
-  if (auto error = parse_settings(settings, o)) return failed(*error);
   std::vector<EffectiveSetting> env_settings;
-  if (file) {
-    env_settings = add_file_env(*file, env, o);
-    o.config_file = file->path;
-  }
+  if (file) env_settings = add_file_env(*file, env, o);
   auto rest = cl.rest();
   if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
     return failed(Error{"unknown option " + rest.front() + " (see dtlaunch --help)"});
@@ -321,6 +377,21 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
 
 ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLookup& env) {
   return parse_command_line(args, env, disk_files());
+}
+
+ParseResult parse_command_settings(const std::string& command, const std::string& description,
+                                   const std::vector<Setting>& rows, std::vector<CommandOption>& own,
+                                   const std::vector<std::string>& args, const EnvLookup& env, const ReadFile& files) {
+  CommandLine cl(command, description, rows, own);
+  if (auto answered = cl.parse(args)) return *answered;
+  cl.own_values(own);
+  auto gathered = gather(cl, env, files);
+  if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
+  auto& g = std::get<Gathered>(gathered);
+  ParseResult result;
+  if (g.file) result.warnings = g.file->warnings;
+  result.options = std::move(g.options);
+  return result;
 }
 
 }  // namespace dtl::config
