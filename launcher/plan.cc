@@ -93,7 +93,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   plan.argv.insert(plan.argv.end(), o.program_args.begin(), o.program_args.end());
 
   // GPUs and the number of workers.
-  auto selection = select_gpus(host.gpus.gpus, env("CUDA_VISIBLE_DEVICES"), o.gpu_ids);
+  auto selection = select_gpus(host.gpus.gpus, env("CUDA_VISIBLE_DEVICES"), o.gpu_ids, o.source("gpu_ids").where);
   if (auto* why = std::get_if<std::string>(&selection)) return error(*why);
   const auto& gpus = std::get<std::vector<std::string>>(selection);
   const int ngpus = static_cast<int>(gpus.size());
@@ -156,6 +156,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   plan.tee = o.tee;
   plan.console_filter = o.local_ranks_filter;
   plan.log_dir = o.log_dir;
+  plan.log_dir_called = o.source("log_dir").where;
   plan.shutdown_timeout_s = o.shutdown_timeout_s;
   plan.signals = o.signals_to_handle;
   return plan;
