@@ -65,6 +65,8 @@ class BadInput(LaunchTest):
     def test_gpu_ids_beyond_the_visible_gpus(self):
         self.check(["--fake_gpus=2", "--gpu_ids=0,5", "--no_python", "true"],
                    "--gpu_ids: GPU 5 is not visible (visible: 0,1)")
+        self.check(["--fake_gpus=2", "--no_python", "true"], "PET_GPU_IDS: GPU 5 is not visible (visible: 0,1)",
+                   env=self.env(PET_GPU_IDS="5"))
 
     def test_bad_node_counts_and_ranks(self):
         self.check(["--nnodes=2:1", "--no_python", "true"],
@@ -77,6 +79,9 @@ class BadInput(LaunchTest):
     def test_c10d_needs_an_endpoint_that_parses(self):
         self.check(["--nnodes=2", "--rdzv_backend=c10d", "--no_python", "true"],
                    "--rdzv_backend=c10d needs --rdzv_endpoint host[:port]")
+        self.check(["--nnodes=2", "--no_python", "true"],
+                   "rdzv_backend=c10d (from PET_RDZV_BACKEND) needs --rdzv_endpoint host[:port]",
+                   env=self.env(PET_RDZV_BACKEND="c10d"))
         self.check(["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=host:99999", "--no_python", "true"],
                    "--rdzv_endpoint: port '99999' is not in 1..65535")
         self.check(["--rdzv_conf=join_timout=5", "--no_python", "true"],

@@ -126,6 +126,16 @@ class MultiNode(LaunchTest):
                          "node 0 of this job running?")
         self.assertExitCode(host.finish(), 1)
 
+    def test_a_taken_port_from_pet_master_port_is_named_as_the_variable(self):
+        host = self.static(0, 2, "--rdzv_conf=join_timeout=3", *self.worker("pause"))
+        host.wait_for("hosting the rendezvous", stream="err")
+        r = self.launch("--nnodes=2", "--node_rank=0", *self.worker("pause"), env=self.env(PET_MASTER_PORT=str(self.port)))
+        self.assertExitCode(r, 2)
+        self.assertEqual(r.stderr.splitlines()[-1],
+                         f"dtlaunch: error: master_port={self.port} (from PET_MASTER_PORT) is already in use on "
+                         "127.0.0.1: is another node 0 of this job running?")
+        self.assertExitCode(host.finish(), 1)
+
     def test_garbage_from_a_peer_does_not_disturb_a_running_round(self):
         nodes = [self.static(r, 2, *self.worker("pause")) for r in range(2)]
         for n in nodes:

@@ -145,6 +145,24 @@ TEST_CASE("a --local_addr that does not resolve is named --local_addr, not --mas
              Catch::StartsWith("cannot find a free port for the workers: cannot resolve PET_LOCAL_ADDR "));
 }
 
+TEST_CASE("a port's names are its flags when typed, else the setting and where it came from") {
+  auto names = [](const config::LaunchOptions& o) { return launcher::port_names(o, "master_addr", "master_port"); };
+  CHECK(names(parsed({"--master-port=29655"})).given(29655) == "--master-port 29655");
+  CHECK(names(parsed({"--master-port=29655"})).free() == "--master-port=0");
+  CHECK(names(parsed({})).given(29500) == "--master_port 29500");
+  const auto from_file = names(parsed({}, {}, "master_port: 29655\n"));
+  CHECK(from_file.given(29655) == "master_port=29655 (from cfg.yaml:1:14: master_port)");
+  CHECK(from_file.free() == "0");
+  CHECK(names(parsed({}, {{"PET_MASTER_PORT", "29655"}})).given(29655) == "master_port=29655 (from PET_MASTER_PORT)");
+  CHECK(agent(parsed({"--nnodes=2"}, {{"PET_MASTER_PORT", "29655"}})).options.names.given(29655) ==
+        "master_port=29655 (from PET_MASTER_PORT)");
+}
+
+TEST_CASE("a c10d backend without an endpoint names where the backend came from") {
+  CHECK(agent_error(parsed({"--nnodes=2"}, {{"PET_RDZV_BACKEND", "c10d"}})) ==
+        "rdzv_backend=c10d (from PET_RDZV_BACKEND) needs --rdzv_endpoint host[:port]");
+}
+
 TEST_CASE("bad endpoints name the setting that gave them") {
   CHECK(agent_error(parsed({"--nnodes=2", "--rdzv_backend=c10d"})) ==
         "--rdzv_backend=c10d needs --rdzv_endpoint host[:port]");
