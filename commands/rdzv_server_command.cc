@@ -38,8 +38,8 @@ std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args,
   std::vector<config::CommandOption> own = {{"--host", "address to listen on (default: every interface)", {}},
                                             {"--port", "port to listen on (default 29400)", {}}};
   auto parsed = config::parse_command_settings("dtlaunch rdzv-server",
-                                               "run the rendezvous for a multi-node job on its own", kShared, own,
-                                               args, env, files);
+                                               "run the rendezvous for a multi-node job on its own", kShared,
+                                               {{config::Setting::rdzv_backend, "c10d"}}, own, args, env, files);
   for (const auto& w : parsed.warnings) std::cerr << "dtlaunch rdzv-server: warning: " << w << "\n";
   if (parsed.error) {
     std::cerr << kError << parsed.error->message << "\n";
@@ -58,8 +58,6 @@ std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args,
       return 2;
     }
   }
-  // The server stands apart from the nodes: without a backend named, it is c10d's.
-  if (f.settings.source("rdzv_backend").kind == config::Source::Kind::default_) f.settings.rdzv_backend = "c10d";
   return f;
 }
 

@@ -35,9 +35,9 @@ ParseResult answered(std::string output) {
 
 /// What a user reads in --help: the row's help without Markdown, its default and its variables
 /// beyond PET_*.
-std::string help_line(const Flag& f) {
+std::string help_line(const Flag& f, const char* default_value) {
   std::string help = text::replace_all(f.help, "`", "");
-  std::string def = text::replace_all(*f.default_shown ? f.default_shown : f.default_value, "`", "");
+  std::string def = text::replace_all(*f.default_shown ? f.default_shown : default_value, "`", "");
   if (!def.empty()) help += " (default " + def + ")";
   for (const char* v : f.variables) help += std::string(" (or $") + v + ")";
   return help;
@@ -65,8 +65,8 @@ class CommandLine {
   /// Another command's line: settings `rows` as dtlaunch takes them, the config file, and `own`
   /// options; no program.
   CommandLine(const std::string& command, const std::string& description, const std::vector<Setting>& rows,
-              const std::vector<CommandOption>& own)
-      : texts_(flags().size()), own_texts_(own.size()), command_(command) {
+              const std::map<Setting, const char*>& defaults, const std::vector<CommandOption>& own)
+      : texts_(flags().size()), own_texts_(own.size()), command_(command), defaults_(defaults) {
     app_.name(command);
     app_.description(command + ": " + description);
     for (size_t i = 0; i < own.size(); ++i) {
@@ -84,6 +84,12 @@ class CommandLine {
     }
   }
 
+  /// Row `i`'s default: the table's, unless the command has its own.
+  const char* default_of(size_t i) const {
+    auto own = defaults_.find(flags()[i].id);
+    return own != defaults_.end() ? own->second : flags()[i].default_value;
+  }
+
   /// Whether this command line takes row `i`.
   bool takes(size_t i) const { return options_[i] != nullptr; }
 
@@ -99,7 +105,7 @@ class CommandLine {
       std::string names = text::join(long_spellings(f));
       if (*f.short_name) names = std::string(f.short_name) + "," + names;
       // Given twice, the last value wins, as with torchrun's argparse (wrappers append overrides).
-      const std::string help = help_line(f);
+      const std::string help = help_line(f, default_of(i));
       CLI::Option* o = f.type == Type::switch_ ? app_.add_flag(names, help)
                                                : app_.add_option(names, texts_[i], help)
                                                      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -210,6 +216,7 @@ class CommandLine {
   std::vector<CLI::Option*> own_;
   std::string config_file_;
   std::string command_ = "dtlaunch";
+  std::map<Setting, const char*> defaults_;  ///< a command's own defaults, by row
   CLI::Option* config_option_ = nullptr;
   bool print_config_ = false;
   bool help_markdown_ = false;
@@ -227,7 +234,7 @@ Resolved resolve(size_t i, const CommandLine& cl, const EnvLookup& env, const Co
       return Resolved{&f, it->second.value, Source{Source::Kind::file, it->second.where, it->second.note}};
     }
   }
-  return Resolved{&f, f.default_value, Source{Source::Kind::default_, std::string("--") + f.name, ""}};
+  return Resolved{&f, cl.default_of(i), Source{Source::Kind::default_, std::string("--") + f.name, ""}};
 }
 
 /// "--tee: expected 0-3 ... (got '4')", or a file's "cfg.yaml:3:6: tee: expected 0-3 ..., got '4'".
@@ -380,9 +387,10 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
 }
 
 ParseResult parse_command_settings(const std::string& command, const std::string& description,
-                                   const std::vector<Setting>& rows, std::vector<CommandOption>& own,
-                                   const std::vector<std::string>& args, const EnvLookup& env, const ReadFile& files) {
-  CommandLine cl(command, description, rows, own);
+                                   const std::vector<Setting>& rows, const std::map<Setting, const char*>& defaults,
+                                   std::vector<CommandOption>& own, const std::vector<std::string>& args,
+                                   const EnvLookup& env, const ReadFile& files) {
+  CommandLine cl(command, description, rows, defaults, own);
   if (auto answered = cl.parse(args)) return *answered;
   cl.own_values(own);
   auto gathered = gather(cl, env, files);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,10 +61,11 @@ struct CommandOption {
 
 /// The line of a command other than the launch (`dtlaunch rdzv-server`): settings `rows` read as
 /// dtlaunch reads them (spellings, variables, config file, errors and each setting's Source; the
-/// others keep their defaults), plus the options `own`, and no program. `command` names it in help
-/// and errors ("dtlaunch rdzv-server").
+/// others keep their defaults), with the command's own `defaults` for some, plus the options `own`,
+/// and no program. `command` names it in help and errors ("dtlaunch rdzv-server").
 ParseResult parse_command_settings(const std::string& command, const std::string& description,
-                                   const std::vector<Setting>& rows, std::vector<CommandOption>& own,
-                                   const std::vector<std::string>& args, const EnvLookup& env, const ReadFile& files);
+                                   const std::vector<Setting>& rows, const std::map<Setting, const char*>& defaults,
+                                   std::vector<CommandOption>& own, const std::vector<std::string>& args,
+                                   const EnvLookup& env, const ReadFile& files);
 
 }  // namespace dtl::config

@@ -223,14 +223,15 @@ TEST_CASE("a command's settings are read as dtlaunch reads them, and the setting
   };
   auto none = [](const std::string&) { return dtl::config::FileRead{dtl::config::FileRead::Status::missing, "none"}; };
   auto r = dtl::config::parse_command_settings("dtlaunch cmd", "a test", {Setting::rdzv_token, Setting::nnodes},
-                                          own, {"--host=h", "--nnodes", "2"}, env, none);
+                                          {{Setting::rdzv_backend, "c10d"}}, own, {"--host=h", "--nnodes", "2"}, env, none);
   REQUIRE(r.options);
   CHECK(r.options->rdzv_token == "s");
   CHECK(r.options->source("rdzv_token").where == "PET_RDZV_TOKEN");
   CHECK(r.options->max_nodes == 2);
   CHECK(r.options->source("nproc_per_node").kind == Source::Kind::default_);
+  CHECK(r.options->rdzv_backend == "c10d");  // the command's own default
   CHECK(own[0].value == "h");
-  auto bad = dtl::config::parse_command_settings("dtlaunch cmd", "a test", {Setting::nnodes}, own,
+  auto bad = dtl::config::parse_command_settings("dtlaunch cmd", "a test", {Setting::nnodes}, {}, own,
                                             {"--nproc_per_node=2"}, env, none);
   REQUIRE(bad.error);
   CHECK_THAT(bad.error->message, Catch::EndsWith("(see dtlaunch cmd --help)"));
