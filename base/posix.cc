@@ -96,7 +96,8 @@ ReadAll read_all(int fd, size_t limit) {
   return out;
 }
 
-ProgramOutput run_program(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+ProgramOutput run_program(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                          PollFunction poll) {
   ProgramOutput result;
   int fds[2];
   if (argv.empty() || pipe2(fds, O_CLOEXEC) != 0) return result;
@@ -113,7 +114,8 @@ ProgramOutput run_program(const std::vector<std::string>& argv, std::chrono::mil
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     pollfd p{fds[0], POLLIN, 0};
-    if (left.count() <= 0 || retry_eintr([&] { return ::poll(&p, 1, static_cast<int>(left.count())); }) == 0) {
+    // A poll error other than EINTR ends the wait as a timeout does: a read now could block past the deadline.
+    if (left.count() <= 0 || retry_eintr([&] { return poll(&p, 1, static_cast<int>(left.count())); }) <= 0) {
       in_time = false;
       break;
     }

@@ -2,6 +2,8 @@
 // signals, a program's output lines, a library loaded at run time, and facts about this machine.
 #pragma once
 
+#include <poll.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -44,8 +46,12 @@ struct ProgramOutput {
   std::vector<std::string> lines;  ///< stdout split at '\n', a last unterminated line included
   std::optional<int> exit_code;    ///< none: it could not start, died of a signal or ran out of time
 };
-/// Runs argv[0] (searched in PATH) with stdin and stderr on /dev/null; killed after `timeout`.
-ProgramOutput run_program(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+/// poll(2), passed in so that tests can make it fail.
+using PollFunction = int (*)(pollfd* fds, nfds_t count, int timeout_ms);
+/// Runs argv[0] (searched in PATH) with stdin and stderr on /dev/null; killed after `timeout`, or
+/// as soon as `poll` fails (its output is then as cut short as a timeout's).
+ProgramOutput run_program(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                          PollFunction poll = ::poll);
 
 /// A shared library loaded at run time, so that the binary runs where it is missing; closed when
 /// this goes. Empty when it could not be loaded.

@@ -3,15 +3,13 @@
 #include <sys/resource.h>
 
 #include <iostream>
-#include <tuple>
 
-#include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <spdlog/spdlog.h>
 
 #include "commands/commands.h"
-#include "config/flags.h"
+#include "config/command_line.h"
 #include "launcher/rdzv_options.h"
 
 namespace dtl::commands {
@@ -27,55 +25,38 @@ struct ServerFlags {
   config::LaunchOptions settings;
 };
 
-/// The flags, or the exit code when there is nothing to serve (help, or bad arguments: said on stderr).
-std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args, const config::EnvLookup& env) {
-  CLI::App app{"dtlaunch rdzv-server: run the rendezvous for a multi-node job on its own", "dtlaunch rdzv-server"};
-  ServerFlags f;
-  config::LaunchOptions& o = f.settings;
-  std::string nnodes = "1", conf, token, token_file;
-  o.rdzv_backend = "c10d";
-  app.add_option("--host", f.host, "address to listen on (default: every interface)");
-  app.add_option("--port", f.port, "port to listen on (default 29400)")->check(CLI::Range(1, 65535));
-  app.add_option("--nnodes", nnodes, "N or MIN:MAX, as the agents give it");
-  app.add_option("--rdzv_backend,--rdzv-backend", o.rdzv_backend, "static or c10d (default)")
-      ->check(CLI::IsMember({"static", "c10d"}));
-  app.add_option("--rdzv_id,--rdzv-id,--run_id,--run-id", o.run_id, "job id the agents must give");
-  app.add_option("--max_restarts,--max-restarts", o.max_restarts, "as the agents give it")
-      ->check(CLI::Range(0, 1000000));
-  app.add_option("--rdzv_conf,--rdzv-conf", conf, "join_timeout, last_call_timeout, keep_alive_interval, ...");
-  auto* token_flag = app.add_option("--rdzv_token,--rdzv-token", token, "shared secret (or DTLAUNCH_RDZV_TOKEN)");
-  auto* file_flag = app.add_option("--rdzv_token_file,--rdzv-token-file", token_file, "file holding the shared secret");
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << kError << e.what() << "\n";
-    return 2;
-  }
+/// The settings an agent shares with the rendezvous, read as the agents read them: the same
+/// spellings, PET_* and other variables, config file and errors.
+const std::vector<config::Setting> kShared = {
+    config::Setting::nnodes,     config::Setting::rdzv_backend, config::Setting::rdzv_id,
+    config::Setting::run_id,     config::Setting::max_restarts, config::Setting::rdzv_conf,
+    config::Setting::rdzv_token, config::Setting::rdzv_token_file};
 
-  if (token_flag->count()) {
-    o.rdzv_token = token;
-    o.sources["rdzv_token"] = {config::Source::Kind::flag, "--rdzv_token", ""};
-  } else if (auto v = env("DTLAUNCH_RDZV_TOKEN")) {
-    o.rdzv_token = *v;
-    o.sources["rdzv_token"] = {config::Source::Kind::env, "DTLAUNCH_RDZV_TOKEN", ""};
+/// The flags, or the exit code when there is nothing to serve (help, or bad arguments: said on stderr).
+std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args, const config::EnvLookup& env,
+                                           const config::ReadFile& files) {
+  std::vector<config::CommandOption> own = {{"--host", "address to listen on (default: every interface)", {}},
+                                            {"--port", "port to listen on (default 29400)", {}}};
+  auto parsed = config::parse_command_settings("dtlaunch rdzv-server",
+                                               "run the rendezvous for a multi-node job on its own", kShared,
+                                               {{config::Setting::rdzv_backend, "c10d"}}, own, args, env, files);
+  for (const auto& w : parsed.warnings) std::cerr << "dtlaunch rdzv-server: warning: " << w << "\n";
+  if (parsed.error) {
+    std::cerr << kError << parsed.error->message << "\n";
+    return parsed.error->exit_code;
   }
-  if (file_flag->count()) {
-    o.rdzv_token_file = token_file;
-    o.sources["rdzv_token_file"] = {config::Source::Kind::flag, "--rdzv_token_file", ""};
+  if (!parsed.options) {
+    std::cout << parsed.output;
+    return 0;
   }
-  std::string flag = "--nnodes", value = nnodes;  // named in the error line, as the agents' flags are
-  try {
-    std::tie(o.min_nodes, o.max_nodes) = config::parse_nnodes(nnodes);
-    flag = "--rdzv_conf", value = conf;
-    o.rdzv_conf = config::parse_rdzv_conf(conf);
-  } catch (const std::invalid_argument& e) {
-    const bool got = std::string(e.what()).rfind("expected", 0) == 0;
-    std::cerr << kError << flag << ": " << e.what() << (got ? " (got '" + value + "')" : "") << "\n";
-    return 2;
+  ServerFlags f{own[0].value.value_or(""), 29400, std::move(*parsed.options)};
+  if (const auto& port = own[1].value) {
+    const bool digits = !port->empty() && port->size() <= 5 && port->find_first_not_of("0123456789") == std::string::npos;
+    f.port = digits ? std::stoi(*port) : 0;
+    if (f.port < 1 || f.port > 65535) {
+      std::cerr << kError << "--port: expected a port in 1..65535 (got '" << *port << "')\n";
+      return 2;
+    }
   }
   return f;
 }
@@ -120,7 +101,7 @@ int serve(const rendezvous::ServerOptions& opts) {
 }  // namespace
 
 int run_rdzv_server(const std::vector<std::string>& args, const config::EnvLookup& env) {
-  auto parsed = parse_flags(args, env);
+  auto parsed = parse_flags(args, env, config::disk_files());
   if (auto* code = std::get_if<int>(&parsed)) return *code;
   const auto& flags = std::get<ServerFlags>(parsed);
   auto made = launcher::rdzv_options(flags.settings, flags.host, flags.port);

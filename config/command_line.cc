@@ -36,9 +36,9 @@ ParseResult answered(std::string output) {
 
 /// What a user reads in --help: the row's help without Markdown, its default and its variables
 /// beyond PET_*.
-std::string help_line(const Flag& f) {
+std::string help_line(const Flag& f, const char* default_value) {
   std::string help = text::replace_all(f.help, "`", "");
-  std::string def = text::replace_all(*f.default_shown ? f.default_shown : f.default_value, "`", "");
+  std::string def = text::replace_all(*f.default_shown ? f.default_shown : default_value, "`", "");
   if (!def.empty()) help += " (default: " + def + ")";
   for (const char* v : f.variables) help += std::string(" (or $") + v + ")";
   return help;
@@ -55,40 +55,48 @@ class CommandLine {
                 "(the flag wins over the variable, which wins over the config file). Documentation: README.md.\n"
                 "Also: dtlaunch config (write a config file by answering questions; --help for more),\n"
                 "dtlaunch env (versions, GPUs and settings, for a bug report).");
-    for (size_t i = 0; i < flags().size(); ++i) {
-      const Flag& f = flags()[i];
-      std::string names = text::join(long_spellings(f));
-      if (*f.short_name) names = std::string(f.short_name) + "," + names;
-      // Given twice, the last value wins, as with torchrun's argparse (wrappers append overrides).
-      const std::string help = help_line(f);
-      CLI::Option* o = f.type == Type::switch_ ? app_.add_flag(names, help)
-                                               : app_.add_option(names, texts_[i], help)
-                                                     ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-      options_.push_back(o->group(f.group));
-      // accelerate launch's spelling of a shared setting: an option of its own, converted in resolve().
-      CLI::Option* a = nullptr;
-      if (*f.accelerate_flag) {
-        const std::string acc = f.accelerate_flag;
-        std::string spelled = "--" + acc;
-        if (acc.find('_') != std::string::npos) spelled += ",--" + text::replace_all(acc, "_", "-");
-        const std::string acc_help = "accelerate's spelling of --" + std::string(f.name);
-        a = f.type == Type::switch_ ? app_.add_flag(spelled, acc_help)
-                                    : app_.add_option(spelled, accelerate_texts_[i], acc_help)
-                                          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-        a->group(f.group);
-      }
-      accelerate_options_.push_back(a);
-    }
-    config_option_ = app_.add_option("--config_file,--config-file", config_file_,
-                                     "YAML settings (dtlaunch's or accelerate's); default $DTLAUNCH_CONFIG_FILE, else "
-                                     "~/.config/dtlaunch/default_config.yaml when it exists; '' for none")
-                         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
-                         ->group("Config files");
+    add_rows({});
+    add_config_option();
     app_.add_flag("--print_config,--print-config", print_config_,
                   "print the settings in effect and where each comes from, then exit")
         ->group("Config files");
     app_.add_flag("--help_markdown", help_markdown_, "README's flag tables")->group("");  // hidden
   }
+
+  /// Another command's line: settings `rows` as dtlaunch takes them, the config file, and `own`
+  /// options; no program.
+  CommandLine(const std::string& command, const std::string& description, const std::vector<Setting>& rows,
+              const std::map<Setting, const char*>& defaults, const std::vector<CommandOption>& own)
+      : texts_(flags().size()),
+        accelerate_texts_(flags().size()),
+        own_texts_(own.size()),
+        command_(command),
+        defaults_(defaults) {
+    app_.name(command);
+    app_.description(command + ": " + description);
+    for (size_t i = 0; i < own.size(); ++i) {
+      own_.push_back(app_.add_option(own[i].names, own_texts_[i], own[i].help)
+                         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast));
+    }
+    add_rows(rows);
+    add_config_option();
+  }
+
+  /// The values the command's own options were given.
+  void own_values(std::vector<CommandOption>& own) const {
+    for (size_t i = 0; i < own.size(); ++i) {
+      if (own_[i]->count()) own[i].value = own_texts_[i];
+    }
+  }
+
+  /// Row `i`'s default: the table's, unless the command has its own.
+  const char* default_of(size_t i) const {
+    auto own = defaults_.find(flags()[i].id);
+    return own != defaults_.end() ? own->second : flags()[i].default_value;
+  }
+
+  /// Whether this command line takes row `i`.
+  bool takes(size_t i) const { return options_[i] != nullptr; }
 
   /// Parses `args`; help, version and CLI11's errors come back as the whole answer.
   std::optional<ParseResult> parse(const std::vector<std::string>& args) {
@@ -101,7 +109,7 @@ class CommandLine {
     } catch (const CLI::CallForVersion& e) {
       return answered(e.what());
     } catch (const CLI::ParseError& e) {
-      return failed(Error{std::string(e.what()) + " (see dtlaunch --help)"});
+      return failed(Error{std::string(e.what()) + " (see " + command_ + " --help)"});
     }
     if (help_markdown_) return answered(flags_markdown());
     return std::nullopt;
@@ -127,7 +135,7 @@ class CommandLine {
   /// Row `i`'s value and the spelling that gave it, when the command line has it.
   std::optional<Resolved> given(size_t i) const {
     const Flag& f = flags()[i];
-    if (options_[i]->count() == 0) return std::nullopt;
+    if (!options_[i] || options_[i]->count() == 0) return std::nullopt;
     auto spelled = typed_.find(options_[i]);
     std::string where = spelled != typed_.end() ? spelled->second : options_[i]->get_name();
     return Resolved{&f, f.type == Type::switch_ ? "1" : texts_[i], Source{Source::Kind::flag, where, ""}};
@@ -152,6 +160,47 @@ class CommandLine {
     auto rest = app_.remaining();
     if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
     return rest;
+  }
+
+  /// One option per row of the table (rows `only`, when given), in the table's order, and accelerate
+  /// launch's spelling of a shared setting as an option of its own (converted in resolve()).
+  void add_rows(const std::vector<Setting>& only) {
+    for (size_t i = 0; i < flags().size(); ++i) {
+      const Flag& f = flags()[i];
+      if (!only.empty() && std::find(only.begin(), only.end(), f.id) == only.end()) {
+        options_.push_back(nullptr);
+        accelerate_options_.push_back(nullptr);
+        continue;
+      }
+      std::string names = text::join(long_spellings(f));
+      if (*f.short_name) names = std::string(f.short_name) + "," + names;
+      // Given twice, the last value wins, as with torchrun's argparse (wrappers append overrides).
+      const std::string help = help_line(f, default_of(i));
+      CLI::Option* o = f.type == Type::switch_ ? app_.add_flag(names, help)
+                                               : app_.add_option(names, texts_[i], help)
+                                                     ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      options_.push_back(o->group(f.group));
+      CLI::Option* a = nullptr;
+      if (*f.accelerate_flag && only.empty()) {
+        const std::string acc = f.accelerate_flag;
+        std::string spelled = "--" + acc;
+        if (acc.find('_') != std::string::npos) spelled += ",--" + text::replace_all(acc, "_", "-");
+        const std::string acc_help = "accelerate's spelling of --" + std::string(f.name);
+        a = f.type == Type::switch_ ? app_.add_flag(spelled, acc_help)
+                                    : app_.add_option(spelled, accelerate_texts_[i], acc_help)
+                                          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+        a->group(f.group);
+      }
+      accelerate_options_.push_back(a);
+    }
+  }
+
+  void add_config_option() {
+    config_option_ = app_.add_option("--config_file,--config-file", config_file_,
+                                     "YAML settings (dtlaunch's or accelerate's); default $DTLAUNCH_CONFIG_FILE, else "
+                                     "~/.config/dtlaunch/default_config.yaml when it exists; '' for none")
+                         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+                         ->group("Config files");
   }
 
  private:
@@ -191,7 +240,11 @@ class CommandLine {
   std::vector<std::string> accelerate_texts_;   ///< by row: accelerate's spelling's value
   std::vector<CLI::Option*> accelerate_options_;  ///< by row; nullptr where accelerate has no other spelling
   std::map<const CLI::Option*, std::string> typed_;
+  std::vector<std::string> own_texts_;  ///< a command's own options' values
+  std::vector<CLI::Option*> own_;
   std::string config_file_;
+  std::string command_ = "dtlaunch";
+  std::map<Setting, const char*> defaults_;  ///< a command's own defaults, by row
   CLI::Option* config_option_ = nullptr;
   bool print_config_ = false;
   bool help_markdown_ = false;
@@ -201,15 +254,15 @@ class CommandLine {
 Resolved resolve(size_t i, const CommandLine& cl, const EnvLookup& env, const ConfigFile* file) {
   const Flag& f = flags()[i];
   if (auto typed = cl.given(i)) return *typed;
-  for (const auto& name : variable_names(f)) {
+  for (const auto& name : cl.takes(i) ? variable_names(f) : std::vector<std::string>{}) {
     if (auto v = env(name)) return Resolved{&f, *v, Source{Source::Kind::env, name, ""}};
   }
-  if (file) {
+  if (file && cl.takes(i)) {
     if (auto it = file->values.find(f.name); it != file->values.end()) {
       return Resolved{&f, it->second.value, Source{Source::Kind::file, it->second.where, it->second.note}};
     }
   }
-  return Resolved{&f, f.default_value, Source{Source::Kind::default_, std::string("--") + f.name, ""}};
+  return Resolved{&f, cl.default_of(i), Source{Source::Kind::default_, std::string("--") + f.name, ""}};
 }
 
 /// "--tee: expected 0-3 ... (got '4')", or a file's "cfg.yaml:3:6: tee: expected 0-3 ..., got '4'".
@@ -458,6 +511,31 @@ std::string print_config(const std::vector<Resolved>& settings, const std::vecto
   return format_settings(header + "\n", lines, env);
 }
 
+/// Every setting, resolved and parsed into `options`, with the config file in effect; `launch`: after
+/// `dtlaunch launch`, with accelerate's meanings.
+struct Gathered {
+  LaunchOptions options;
+  std::vector<Resolved> settings;
+  std::optional<ConfigLocation> location;
+  std::optional<ConfigFile> file;
+};
+
+std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env, const ReadFile& files, bool launch) {
+  Gathered g;
+  g.location = locate_config(cl.config_file(), env);
+  auto loaded = load_config(g.location, files);
+  if (auto* error = std::get_if<Error>(&loaded)) return *error;
+  g.file = std::get<std::optional<ConfigFile>>(loaded);
+  const ConfigFile* in_effect = g.file ? &*g.file : nullptr;
+  for (size_t i = 0; i < flags().size(); ++i) g.settings.push_back(resolve(i, cl, env, in_effect));
+  if (auto error = accelerate_spellings(cl, g.settings)) return *error;
+  accelerate_defaults(launch, g.file && g.file->format == ConfigFile::Format::accelerate, g.settings);
+  if (auto error = parse_settings(g.settings, g.options)) return *error;
+  take_accelerate_facts(launch, in_effect, g.settings, g.options);
+  if (g.file) g.options.config_file = g.file->path;
+  return g;
+}
+
 }  // namespace
 
 EnvLookup process_env() {
@@ -477,24 +555,12 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   const std::vector<std::string> args(all_args.begin() + (launch ? 1 : 0), all_args.end());
   CommandLine cl;
   if (auto answered = cl.parse(args)) return *answered;
-  auto location = locate_config(cl.config_file(), env);
-  auto loaded = load_config(location, files);
-  if (auto* error = std::get_if<Error>(&loaded)) return failed(*error);
-  const auto& file = std::get<std::optional<ConfigFile>>(loaded);
+  auto gathered = gather(cl, env, files, launch);
+  if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
+  auto& [o, settings, location, file] = std::get<Gathered>(gathered);
   const ConfigFile* in_effect = file ? &*file : nullptr;
-
-  LaunchOptions o;
-  std::vector<Resolved> settings;
-  for (size_t i = 0; i < flags().size(); ++i) settings.push_back(resolve(i, cl, env, in_effect));
-  if (auto error = accelerate_spellings(cl, settings)) return failed(*error);
-  accelerate_defaults(launch, file && file->format == ConfigFile::Format::accelerate, settings);
-  if (auto error = parse_settings(settings, o)) return failed(*error);
-  take_accelerate_facts(launch, in_effect, settings, o);
   std::vector<EffectiveSetting> env_settings;
-  if (file) {
-    env_settings = add_file_env(*file, env, o);
-    o.config_file = file->path;
-  }
+  if (file) env_settings = add_file_env(*file, env, o);
   auto rest = cl.rest();
   if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
     if (auto why = refused_accelerate_flag(rest.front()); !why.empty()) return failed(Error{why});
@@ -511,6 +577,22 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   o.program = rest.front();
   o.program_args.assign(rest.begin() + 1, rest.end());
   result.options = std::move(o);
+  return result;
+}
+
+ParseResult parse_command_settings(const std::string& command, const std::string& description,
+                                   const std::vector<Setting>& rows, const std::map<Setting, const char*>& defaults,
+                                   std::vector<CommandOption>& own, const std::vector<std::string>& args,
+                                   const EnvLookup& env, const ReadFile& files) {
+  CommandLine cl(command, description, rows, defaults, own);
+  if (auto answered = cl.parse(args)) return *answered;
+  cl.own_values(own);
+  auto gathered = gather(cl, env, files, false);
+  if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
+  auto& g = std::get<Gathered>(gathered);
+  ParseResult result;
+  if (g.file) result.warnings = g.file->warnings;
+  result.options = std::move(g.options);
   return result;
 }
 

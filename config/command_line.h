@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,5 +54,21 @@ ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLo
                                const ReadFile& files);
 /// The same, with the real disk.
 ParseResult parse_command_line(const std::vector<std::string>& args, const EnvLookup& env);
+
+/// An option of its own that a command takes beside some of the settings (rdzv-server's --host).
+struct CommandOption {
+  std::string names;  ///< "--host", or spellings joined by ','
+  std::string help;
+  std::optional<std::string> value;  ///< set by parse_command_settings when given (the last one)
+};
+
+/// The line of a command other than the launch (`dtlaunch rdzv-server`): settings `rows` read as
+/// dtlaunch reads them (spellings, variables, config file, errors and each setting's Source; the
+/// others keep their defaults), with the command's own `defaults` for some, plus the options `own`,
+/// and no program. `command` names it in help and errors ("dtlaunch rdzv-server").
+ParseResult parse_command_settings(const std::string& command, const std::string& description,
+                                   const std::vector<Setting>& rows, const std::map<Setting, const char*>& defaults,
+                                   std::vector<CommandOption>& own, const std::vector<std::string>& args,
+                                   const EnvLookup& env, const ReadFile& files);
 
 }  // namespace dtl::config

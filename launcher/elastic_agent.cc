@@ -81,7 +81,7 @@ class ElasticAgent final : public Runner {
     } catch (const rdzv::PortInUse& e) {
       if (!opts.host_if_free) {
         const bool is_static = opts.server->round.static_backend;
-        std::string msg = is_static ? "--master_port " + std::to_string(opts.server->port) + " is already in use on " +
+        std::string msg = is_static ? opts.names.given(opts.server->port) + " is already in use on " +
                                           opts.server->host + ": is another node 0 of this job running?"
                                     : e.what();
         throw ErrorException(Error{msg, 2});

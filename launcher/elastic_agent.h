@@ -18,6 +18,7 @@
 #include "launcher/plan.h"
 #include "launcher/runner.h"
 #include "rendezvous/client.h"
+#include "rendezvous/ports.h"
 #include "rendezvous/server.h"
 
 namespace dtl::launcher {
@@ -28,6 +29,8 @@ struct AgentOptions {
   /// The endpoint is merely local (not --rdzv_conf is_host=1): if its port is taken, another agent
   /// on this machine hosts it and this one only joins.
   bool host_if_free = false;
+  /// What messages call the static rendezvous's address and port (--master_addr, --master_port).
+  rendezvous::PortNames names{"--master_addr", "--master_port", ""};
   std::chrono::seconds exit_barrier_timeout{300};   ///< how long a finished node waits for the others
 };
 

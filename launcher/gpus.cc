@@ -129,7 +129,7 @@ GpuInventory discover_gpus(std::optional<int> fake) {
 }
 
 GpuSelection select_gpus(const std::vector<Gpu>& all, const std::optional<std::string>& inherited_visible,
-                         const std::optional<std::vector<int>>& gpu_ids) {
+                         const std::optional<std::vector<int>>& gpu_ids, const std::string& ids_called) {
   std::vector<std::string> visible;
   if (!inherited_visible) {
     for (const auto& g : all) visible.push_back(std::to_string(g.index));
@@ -163,7 +163,7 @@ GpuSelection select_gpus(const std::vector<Gpu>& all, const std::optional<std::s
   std::vector<std::string> chosen;
   for (int id : *gpu_ids) {
     if (id >= static_cast<int>(visible.size())) {
-      return "--gpu_ids: GPU " + std::to_string(id) + " is not visible (visible: " +
+      return ids_called + ": GPU " + std::to_string(id) + " is not visible (visible: " +
              (visible.empty() ? std::string("none") : text::join(visible)) + ")";
     }
     chosen.push_back(visible[id]);

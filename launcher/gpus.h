@@ -37,8 +37,10 @@ std::vector<Gpu> parse_nvidia_smi_list(const std::vector<std::string>& lines);
 using GpuSelection = std::variant<std::vector<std::string>, std::string>;
 
 /// `inherited_visible`: dtlaunch's own CUDA_VISIBLE_DEVICES (indices or GPU-/MIG- UUIDs, prefixes
-/// allowed as CUDA allows them). `gpu_ids`: indices among the GPUs visible after that.
+/// allowed as CUDA allows them). `gpu_ids`: indices among the GPUs visible after that, called
+/// `ids_called` in messages (the flag, or the variable or config file's key that gave them).
 GpuSelection select_gpus(const std::vector<Gpu>& all, const std::optional<std::string>& inherited_visible,
-                         const std::optional<std::vector<int>>& gpu_ids);
+                         const std::optional<std::vector<int>>& gpu_ids,
+                         const std::string& ids_called = "--gpu_ids");
 
 }  // namespace dtl::launcher

@@ -17,7 +17,8 @@ std::filesystem::path make_temp_dir(const std::filesystem::path& pattern) {
 
 }  // namespace
 
-RunLogDir::RunLogDir(const std::string& base, const std::string& run_id, bool error_files_only) {
+RunLogDir::RunLogDir(const std::string& base, const std::string& run_id, bool error_files_only,
+                     const std::string& base_called) {
   std::filesystem::path root = base;
   if (base.empty()) {
     std::filesystem::path tmp = std::filesystem::temp_directory_path();
@@ -27,7 +28,7 @@ RunLogDir::RunLogDir(const std::string& base, const std::string& run_id, bool er
   } else {
     std::error_code ec;
     std::filesystem::create_directories(root, ec);
-    if (ec) throw std::system_error(ec, "cannot create --log_dir " + base);
+    if (ec) throw std::system_error(ec, "cannot create " + base_called + " " + base);
   }
   std::string safe_id = run_id;
   for (auto& c : safe_id) c = (c == '/' ? '_' : c);

@@ -13,8 +13,9 @@ class RunLogDir {
   /// is removed again by `finish` unless a log file was asked for. A temporary directory that will
   /// only hold error files goes to /dev/shm when TMPDIR is unset: removing it from a busy disk can
   /// take milliseconds per directory, on the way from a failure to dtlaunch's exit. Throws
-  /// std::system_error.
-  RunLogDir(const std::string& base, const std::string& run_id, bool error_files_only);
+  /// std::system_error, naming `base` as `base_called` (the flag, or where the value came from).
+  RunLogDir(const std::string& base, const std::string& run_id, bool error_files_only,
+            const std::string& base_called = "--log_dir");
 
   /// Creates and returns `attempt_<restart>/<local_rank>/`.
   std::filesystem::path rank_dir(int restart, int local_rank) const;

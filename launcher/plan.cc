@@ -129,7 +129,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   // GPUs and the number of workers.
   // accelerate's gpu_ids are physical ids: an inherited CUDA_VISIBLE_DEVICES does not narrow them.
   auto selection = select_gpus(host.gpus.gpus, o.accelerate.physical_gpu_ids ? std::nullopt : env("CUDA_VISIBLE_DEVICES"),
-                               o.gpu_ids);
+                               o.gpu_ids, o.source("gpu_ids").where);
   if (auto* why = std::get_if<std::string>(&selection)) return error(*why);
   const auto& gpus = std::get<std::vector<std::string>>(selection);
   const int ngpus = static_cast<int>(gpus.size());
@@ -198,6 +198,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   plan.tee = o.tee;
   plan.console_filter = o.local_ranks_filter;
   plan.log_dir = o.log_dir;
+  plan.log_dir_called = o.source("log_dir").where;
   plan.shutdown_timeout_s = o.shutdown_timeout_s;
   plan.signals = o.signals_to_handle;
   return plan;

@@ -47,6 +47,7 @@ struct LaunchPlan {
   config::StreamsSpec tee;
   std::optional<std::set<int>> console_filter;
   std::string log_dir;
+  std::string log_dir_called = "--log_dir";  ///< what messages call log_dir: the flag, or where it came from
   double shutdown_timeout_s = 30;
   std::vector<int> signals;
   std::vector<std::string> notices;  ///< one-line notes for the user before the start

@@ -28,13 +28,16 @@ std::optional<rdzv::Given> given(const config::LaunchOptions& o, const std::stri
 
 std::string called(const config::LaunchOptions& o, const std::string& name) { return o.source(name).where; }
 
+rdzv::PortNames port_names(const config::LaunchOptions& o, const std::string& addr, const std::string& port) {
+  const config::Source s = o.source(port);
+  if (s.kind == config::Source::Kind::flag || s.kind == config::Source::Kind::default_) return {called(o, addr), s.where, ""};
+  return {called(o, addr), port, s.where + (s.note.empty() ? "" : " (" + s.note + ")")};
+}
+
 std::variant<rdzv::Token, Error> resolve_token(const config::LaunchOptions& o) {
-  rdzv::TokenSources sources{given(o, "rdzv_token", o.rdzv_token), std::nullopt,
-                             "--rdzv_token_file or DTLAUNCH_RDZV_TOKEN"};
-  if (!o.rdzv_token_file.empty()) sources.file = given(o, "rdzv_token_file", o.rdzv_token_file);
-  auto token = rdzv::read_token(sources);
-  if (auto* err = std::get_if<rdzv::TokenError>(&token)) return Error{err->what, 2};
-  return std::get<rdzv::Token>(token);
+  // A token file set anywhere (even to '') is named, so that an empty path is an error, not no token.
+  return rdzv::read_token({given(o, "rdzv_token", o.rdzv_token), given(o, "rdzv_token_file", o.rdzv_token_file),
+                           "--rdzv_token_file or DTLAUNCH_RDZV_TOKEN"});
 }
 
 std::variant<RdzvOptions, Error> rdzv_options(const config::LaunchOptions& o, const std::string& host, int port) {
@@ -46,7 +49,8 @@ std::variant<RdzvOptions, Error> rdzv_options(const config::LaunchOptions& o, co
   auto& s = r.server;
   s.host = host;
   s.port = port;
-  s.credentials = {o.run_id, t.value, "--rdzv_token"};
+  // The handshake's messages name the token as given ("its DTLAUNCH_RDZV_TOKEN differs"); no token: the flag.
+  s.credentials = {o.run_id, t.value, t.source.empty() ? "--rdzv_token" : t.source};
   s.round.static_backend = o.rdzv_backend == "static";
   s.round.min_nodes = o.min_nodes;
   s.round.max_nodes = o.max_nodes;
@@ -63,7 +67,7 @@ std::variant<std::pair<std::string, int>, Error> rdzv_endpoint(const config::Lau
   const bool is_static = o.rdzv_backend == "static";
   std::string endpoint = o.rdzv_endpoint, from = called(o, "rdzv_endpoint");
   if (endpoint.empty()) {
-    if (!is_static) return Error{"--rdzv_backend=c10d needs --rdzv_endpoint host[:port]", 2};
+    if (!is_static) return Error{o.named("rdzv_backend", o.rdzv_backend) + " needs --rdzv_endpoint host[:port]", 2};
     endpoint = o.master_addr + ":" + std::to_string(o.master_port);
     from = called(o, "master_addr") + " and " + called(o, "master_port");
   }
@@ -114,6 +118,7 @@ std::variant<AgentSetup, Error> make_agent_options(const config::LaunchOptions& 
   auto port = host.reserve_port(o.local_addr.empty() ? "0.0.0.0" : o.local_addr, 0, names);
   if (auto* why = std::get_if<std::string>(&port)) return Error{"cannot find a free port for the workers: " + *why, 2};
   c.join.worker_port = std::get<int>(port);
+  a.names = port_names(o, "master_addr", "master_port");
   if (hosting) a.server = server;
   return setup;
 }

@@ -1,5 +1,7 @@
 #include "launcher/supervisor.h"
 
+#include <spdlog/spdlog.h>
+
 #include "launcher/group_signals.h"
 #include "launcher/supervisor_policy.h"
 #include "launcher/worker_group.h"
@@ -8,7 +10,7 @@ namespace dtl::launcher {
 namespace asio = boost::asio;
 namespace {
 
-/// The event loop's side of SupervisorPolicy: signals in, its ending out to the console.
+/// The event loop's side of SupervisorPolicy: signals in, its warnings to the log and its ending to the console.
 class Supervisor final : public Runner {
  public:
   Supervisor(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
@@ -17,7 +19,7 @@ class Supervisor final : public Runner {
         console_(console),
         group_(io, console, plan, logs, guard, {nullptr, [this](const Group::Result& r) { on_finished(r); }}),
         policy_(group_, plan.group, plan.title, std::move(host)),
-        signals_(io, plan.signals, group_, [this](int sig) { policy_.on_signal(sig); }) {}
+        signals_(io, plan.signals, group_, [this](int sig) { log(policy_.on_signal(sig)); }) {}
 
   int run() override {
     policy_.start();
@@ -28,12 +30,18 @@ class Supervisor final : public Runner {
 
  private:
   void on_finished(const Group::Result& result) {
-    auto end = policy_.on_finished(result);
+    auto step = policy_.on_finished(result);
+    log(step.warnings);
+    const auto& end = step.ending;
     if (!end) return;
     if (!end->summary.empty()) console_.write(2, end->summary);
     exit_code_ = end->exit_code;
     signals_.cancel();
     io_.stop();
+  }
+
+  static void log(const std::vector<std::string>& warnings) {
+    for (const auto& w : warnings) spdlog::warn("{}", w);
   }
 
   asio::io_context& io_;

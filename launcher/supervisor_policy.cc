@@ -1,7 +1,5 @@
 #include "launcher/supervisor_policy.h"
 
-#include <spdlog/spdlog.h>
-
 #include "launcher/failure.h"
 
 namespace dtl::launcher {
@@ -14,27 +12,27 @@ void SupervisorPolicy::start() {
   group_.start(env_);
 }
 
-void SupervisorPolicy::on_signal(int sig) {
-  if (!group_.active()) return;
-  if (stop_signal_ == 0) {
-    spdlog::warn("received {}, stopping the workers", signal_name(sig));
-    stop_signal_ = sig;
+std::vector<std::string> SupervisorPolicy::on_signal(int sig) {
+  if (!group_.active()) return {};
+  const bool first = stop_signal_ == 0;
+  stop_signal_ = sig;
+  if (first) {
     group_.stop(sig);
-  } else {
-    spdlog::warn("received {} while stopping: killing the workers now", signal_name(sig));
-    stop_signal_ = sig;
-    group_.kill();
+    return {"received " + signal_name(sig) + ", stopping the workers"};
   }
+  group_.kill();
+  return {"received " + signal_name(sig) + " while stopping: killing the workers now"};
 }
 
-std::optional<SupervisorPolicy::Ending> SupervisorPolicy::on_finished(const Group::Result& result) {
+SupervisorPolicy::Step SupervisorPolicy::on_finished(const Group::Result& result) {
   const auto& failures = result.failures;
   if (!failures.empty() && stop_signal_ == 0 && env_.restart_count < env_.max_restarts) {
     ++env_.restart_count;
-    spdlog::warn("restarting the workers ({} of {} restarts) after rank {} failed", env_.restart_count,
-                 env_.max_restarts, root_cause(failures).rank);
     group_.start(env_);
-    return std::nullopt;
+    return {{"restarting the workers (" + std::to_string(env_.restart_count) + " of " +
+             std::to_string(env_.max_restarts) + " restarts) after rank " + std::to_string(root_cause(failures).rank) +
+             " failed"},
+            std::nullopt};
   }
   Ending end;
   if (!failures.empty()) {
@@ -43,7 +41,7 @@ std::optional<SupervisorPolicy::Ending> SupervisorPolicy::on_finished(const Grou
   }
   if (result.start_failed) end.exit_code = 1;
   if (stop_signal_ != 0) end.exit_code = 128 + stop_signal_;
-  return end;
+  return {{}, end};
 }
 
 }  // namespace dtl::launcher

@@ -6,6 +6,7 @@
 #include <string>
 #include <variant>
 
+#include "base/error.h"
 #include "rendezvous/protocol.h"
 
 namespace dtl::rendezvous {
@@ -39,9 +40,6 @@ struct Token {
   std::string source;   ///< what the token was called, or the file's name and path; empty if none
   std::string warning;  ///< one line when the token is exposed (on the command line, a file others read)
 };
-struct TokenError {
-  std::string what;  ///< one line, for the user
-};
 
 /// Where a token can come from. `safer` names the ways to give it unseen, for the warning about a
 /// token on the command line ("--rdzv_token_file or DTLAUNCH_RDZV_TOKEN").
@@ -52,7 +50,8 @@ struct TokenSources {
 };
 
 /// The token itself, else the file's contents (trailing newlines stripped). A source that is given
-/// but empty is an error, not a silent "no token"; only a token on the command line is warned about.
-std::variant<Token, TokenError> read_token(const TokenSources& sources);
+/// but empty (a token, or a file's path) is an error naming it, not a silent "no token"; only a
+/// token on the command line is warned about.
+std::variant<Token, Error> read_token(const TokenSources& sources);
 
 }  // namespace dtl::rendezvous

@@ -28,8 +28,8 @@ PortResult reserve_check(const std::string& addr, int port, const PortNames& nam
     acceptor.set_option(ip::tcp::acceptor::reuse_address(true), ec);
     if (acceptor.bind(endpoint, ec)) {
       if (ec == boost::asio::error::address_in_use) {
-        return names.port + " " + std::to_string(port) + " is already in use on " + addr +
-               " (choose another port, or " + names.port + "=0 for a free one)";
+        return names.given(port) + " is already in use on " + addr + " (choose another port, or " + names.free() +
+               " for a free one)";
       }
       last_error = ec.message();
       continue;

@@ -15,7 +15,15 @@ using PortResult = std::variant<int, std::string>;
 /// rendezvous names no flag.
 struct PortNames {
   std::string addr = "the address";
-  std::string port = "port";
+  std::string port = "port";  ///< the flag ("--master_port"), or the setting's name when `from` is set
+  std::string from;           ///< where a port not typed as a flag came from ("cfg.yaml:1:14: master_port"), or ""
+
+  /// The port as given: "--master_port 29655", or "master_port=29655 (from cfg.yaml:1:14: master_port)".
+  std::string given(int value) const {
+    return from.empty() ? port + " " + std::to_string(value) : port + "=" + std::to_string(value) + " (from " + from + ")";
+  }
+  /// How to ask for a free port instead: "--master_port=0", or "0" (said after the value's source).
+  std::string free() const { return from.empty() ? port + "=0" : "0"; }
 };
 
 /// Binds addr:port the way c10d's TCPStore does (SO_REUSEADDR) and lets go again; port 0 asks the

@@ -274,9 +274,6 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     });
   }
 
-  /// The sweep notices a silent node up to one interval late: when a joined node's silence limit
-  /// falls before the next sweep, look again just past it (rarely: only once a node has been silent
-  /// for all but one interval of the limit).
   /// Why a joined peer counts as lost for its silence, if it does.
   std::optional<std::string> silence(const Conn& c, Clock::time_point now) const {
     if (!c.joined() || now - c.last_heard <= opts.liveness.silence_limit()) return std::nullopt;
@@ -284,6 +281,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     return "silent for " + std::to_string(ms) + " ms (no heartbeat)";
   }
 
+  /// The sweep notices a silent node up to one interval late: when a joined node's silence limit
+  /// falls before the next sweep, look again just past it (rarely: only once a node has been silent
+  /// for all but one interval of the limit).
   void watch_silence(Clock::time_point now) {
     std::optional<Clock::time_point> earliest;
     for (auto& [id, c] : conns) {

@@ -51,8 +51,7 @@ std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, cons
   launcher::HostFacts host{
       options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
       posix::cpu_count(), env, [&](const std::string& addr, int port) {
-        return rendezvous::reserve_check(addr, port,
-                                         {launcher::called(options, "master_addr"), launcher::called(options, "master_port")});
+        return rendezvous::reserve_check(addr, port, launcher::port_names(options, "master_addr", "master_port"));
       }};
   auto planned = launcher::make_plan(options, host);
   if (auto* err = std::get_if<Error>(&planned)) return *err;
@@ -83,7 +82,7 @@ int run(const Prepared& p, launcher::Console& console) {
   launcher::OrphanGuard guard;
   std::optional<launcher::RunLogDir> run_logs;
   try {
-    run_logs.emplace(plan.log_dir, plan.group.run_id, !plan.writes_log_files());
+    run_logs.emplace(plan.log_dir, plan.group.run_id, !plan.writes_log_files(), plan.log_dir_called);
   } catch (const std::system_error& e) {
     // A --log_dir that cannot be made is bad input (exit 2, nothing started); a full /tmp is not.
     return fail(Error{e.what(), plan.log_dir.empty() ? 1 : 2});

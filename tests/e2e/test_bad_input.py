@@ -65,6 +65,8 @@ class BadInput(LaunchTest):
     def test_gpu_ids_beyond_the_visible_gpus(self):
         self.check(["--fake_gpus=2", "--gpu_ids=0,5", "--no_python", "true"],
                    "--gpu_ids: GPU 5 is not visible (visible: 0,1)")
+        self.check(["--fake_gpus=2", "--no_python", "true"], "PET_GPU_IDS: GPU 5 is not visible (visible: 0,1)",
+                   env=self.env(PET_GPU_IDS="5"))
 
     def test_bad_node_counts_and_ranks(self):
         self.check(["--nnodes=2:1", "--no_python", "true"],
@@ -77,6 +79,9 @@ class BadInput(LaunchTest):
     def test_c10d_needs_an_endpoint_that_parses(self):
         self.check(["--nnodes=2", "--rdzv_backend=c10d", "--no_python", "true"],
                    "--rdzv_backend=c10d needs --rdzv_endpoint host[:port]")
+        self.check(["--nnodes=2", "--no_python", "true"],
+                   "rdzv_backend=c10d (from PET_RDZV_BACKEND) needs --rdzv_endpoint host[:port]",
+                   env=self.env(PET_RDZV_BACKEND="c10d"))
         self.check(["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=host:99999", "--no_python", "true"],
                    "--rdzv_endpoint: port '99999' is not in 1..65535")
         self.check(["--rdzv_conf=join_timout=5", "--no_python", "true"],
@@ -107,11 +112,23 @@ class BadInput(LaunchTest):
                                        r"'no-such-host.invalid'")
 
     def test_rdzv_server_bad_input_names_the_flag_in_one_short_line(self):
-        for args, message in ((["--max_restarts=-1"], "--max_restarts: Value -1 not in range 0 to 1000000"),
+        for args, message in ((["--max_restarts=-1"], "--max_restarts: expected an integer >= 0 (got '-1')"),
                               (["--nnodes=2:1"], "--nnodes: expected N or MIN:MAX with 0 < MIN <= MAX (got '2:1')"),
                               (["--rdzv_conf=join_timeout=0"], "--rdzv_conf: join_timeout expects seconds >= 0.001 (got '0')")):
             r = self.launch("rdzv-server", *args)
             self.assertEqual((r.returncode, r.stderr, r.stdout), (2, "dtlaunch rdzv-server: error: " + message + "\n", ""))
+
+    def test_rdzv_server_refuses_a_token_file_set_empty_wherever_it_is_set(self):
+        for args, env, message in ((["--rdzv_token_file="], {}, "--rdzv_token_file is empty"),
+                                   ([], {"PET_RDZV_TOKEN_FILE": ""}, "PET_RDZV_TOKEN_FILE is set but empty"),
+                                   ([], {"PET_RDZV_TOKEN": ""}, "PET_RDZV_TOKEN is set but empty")):
+            r = self.launch("rdzv-server", "--host=127.0.0.1", *args, env=self.env(**env), timeout=10)
+            self.assertEqual((r.returncode, r.stderr, r.stdout), (2, "dtlaunch rdzv-server: error: " + message + "\n", ""))
+
+    def test_an_agent_refuses_a_token_file_set_empty(self):
+        self.check(["--nnodes=2", "--rdzv_token_file=", "--no_python", "true"], "--rdzv_token_file is empty")
+        self.check(["--nnodes=2", "--no_python", "true"], "PET_RDZV_TOKEN_FILE is set but empty",
+                   env=self.env(PET_RDZV_TOKEN_FILE=""))
 
     def test_a_value_missing_after_a_flag(self):
         r = self.launch("--nproc_per_node")

@@ -79,12 +79,13 @@ class MultiNode(LaunchTest):
                               env=env_bad)
         r = intruder.finish()
         self.assertExitCode(r, 2)
-        self.assertIn("dtlaunch: error: rendezvous: the rendezvous server failed authentication: its --rdzv_token "
+        self.assertIn("dtlaunch: error: rendezvous: the rendezvous server failed authentication: its DTLAUNCH_RDZV_TOKEN "
                       "differs", r.stderr)
         self.assertNotIn("ready", r.stdout)
         h = host.finish()
         self.assertExitCode(h, 1)
-        self.assertIn("hung up after the challenge: its --rdzv_token differs or is missing (or it was stopped)", h.stderr)
+        self.assertIn("hung up after the challenge: its DTLAUNCH_RDZV_TOKEN differs or is missing (or it was stopped)",
+                      h.stderr)
         self.assertIn("the rendezvous timed out after 3s with 1 of 2 nodes", h.stderr)
 
     def test_a_node_without_the_token_is_refused_by_the_server(self):
@@ -123,6 +124,16 @@ class MultiNode(LaunchTest):
         self.assertEqual(r.stderr.splitlines()[-1],
                          f"dtlaunch: error: --master_port {self.port} is already in use on 127.0.0.1: is another "
                          "node 0 of this job running?")
+        self.assertExitCode(host.finish(), 1)
+
+    def test_a_taken_port_from_pet_master_port_is_named_as_the_variable(self):
+        host = self.static(0, 2, "--rdzv_conf=join_timeout=3", *self.worker("pause"))
+        host.wait_for("hosting the rendezvous", stream="err")
+        r = self.launch("--nnodes=2", "--node_rank=0", *self.worker("pause"), env=self.env(PET_MASTER_PORT=str(self.port)))
+        self.assertExitCode(r, 2)
+        self.assertEqual(r.stderr.splitlines()[-1],
+                         f"dtlaunch: error: master_port={self.port} (from PET_MASTER_PORT) is already in use on "
+                         "127.0.0.1: is another node 0 of this job running?")
         self.assertExitCode(host.finish(), 1)
 
     def test_garbage_from_a_peer_does_not_disturb_a_running_round(self):
@@ -177,6 +188,21 @@ class MultiNode(LaunchTest):
         s = server.finish()
         self.assertExitCode(s, 0)
         self.assertIn("rendezvous: job over (exit code 0): every node finished", s.stderr)
+
+    def test_a_standalone_rdzv_server_takes_the_agents_pet_variables(self):
+        # PET_RDZV_TOKEN and PET_NNODES reach the server as they reach the agents: a server without
+        # the token would refuse them ("this node has a ... but the rendezvous has none").
+        server = self.start("rdzv-server", "--host=127.0.0.1", f"--port={self.port}", "--rdzv_id=job42",
+                            env=self.env(PET_RDZV_TOKEN="t0k", PET_NNODES="2"))
+        server.wait_for("listening on 127.0.0.1", stream="err")
+        env = self.env(PET_RDZV_TOKEN="t0k")
+        nodes = [self.elastic("2", "--rdzv_conf=is_host=0", *self.worker("touch", self.tmp), env=env) for _ in range(2)]
+        for n in nodes:
+            self.assertExitCode(n.finish(), 0)
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["0", "1"])
+        s = server.finish()
+        self.assertExitCode(s, 0)
+        self.assertNotIn("any host that reaches this port can join", s.stderr)
 
     @unittest.skipUnless(have_torch(), "Debian's python3-torch is not installed")
     def test_a_pytorch_gloo_allreduce_spans_both_agents(self):

@@ -9,6 +9,7 @@
 #include "rendezvous/auth.h"
 
 using namespace dtl::rendezvous;
+using dtl::Error;
 
 namespace {
 
@@ -45,8 +46,8 @@ struct TokenFile {
   ~TokenFile() { std::filesystem::remove_all(dir); }
 };
 
-Token token_of(const std::variant<Token, TokenError>& r) {
-  if (auto* e = std::get_if<TokenError>(&r)) FAIL("unexpected token error: " << e->what);
+Token token_of(const std::variant<Token, Error>& r) {
+  if (auto* e = std::get_if<Error>(&r)) FAIL("unexpected token error: " << e->message);
   return std::get<Token>(r);
 }
 
@@ -55,8 +56,8 @@ const std::string kSafer = "--rdzv_token_file or DTLAUNCH_RDZV_TOKEN";
 /// No token, only the file at `path`, named as the launcher names it.
 TokenSources from_file(const std::string& path) { return {std::nullopt, Given{path, "--rdzv_token_file", true}, kSafer}; }
 
-std::string error_of(const std::variant<Token, TokenError>& r) {
-  if (auto* e = std::get_if<TokenError>(&r)) return e->what;
+std::string error_of(const std::variant<Token, Error>& r) {
+  if (auto* e = std::get_if<Error>(&r)) return e->message;
   return "(token '" + std::get<Token>(r).value + "')";
 }
 

@@ -213,3 +213,26 @@ TEST_CASE("more workers than gpu_ids lists is refused while parsing, for flags a
         "--nproc_per_node=3 is more than the 2 GPUs listed in gpu_ids=1,3 (from PET_GPU_IDS)");
   CHECK(ok({"--gpu_ids=0,1", "--nproc_per_node=2", "t.py"}).gpu_ids == std::vector<int>{0, 1});
 }
+
+TEST_CASE("a command's settings are read as dtlaunch reads them, and the settings it does not take keep their defaults") {
+  std::vector<dtl::config::CommandOption> own = {{"--host", "where", {}}};
+  auto env = [](const std::string& k) -> std::optional<std::string> {
+    if (k == "PET_RDZV_TOKEN") return "s";
+    if (k == "PET_NPROC_PER_NODE") return "x";  // not taken: neither read nor an error
+    return std::nullopt;
+  };
+  auto none = [](const std::string&) { return dtl::config::FileRead{dtl::config::FileRead::Status::missing, "none"}; };
+  auto r = dtl::config::parse_command_settings("dtlaunch cmd", "a test", {Setting::rdzv_token, Setting::nnodes},
+                                          {{Setting::rdzv_backend, "c10d"}}, own, {"--host=h", "--nnodes", "2"}, env, none);
+  REQUIRE(r.options);
+  CHECK(r.options->rdzv_token == "s");
+  CHECK(r.options->source("rdzv_token").where == "PET_RDZV_TOKEN");
+  CHECK(r.options->max_nodes == 2);
+  CHECK(r.options->source("nproc_per_node").kind == Source::Kind::default_);
+  CHECK(r.options->rdzv_backend == "c10d");  // the command's own default
+  CHECK(own[0].value == "h");
+  auto bad = dtl::config::parse_command_settings("dtlaunch cmd", "a test", {Setting::nnodes}, {}, own,
+                                            {"--nproc_per_node=2"}, env, none);
+  REQUIRE(bad.error);
+  CHECK_THAT(bad.error->message, Catch::EndsWith("(see dtlaunch cmd --help)"));
+}

@@ -51,6 +51,8 @@ TEST_CASE("impossible GPU selections are explained") {
   CHECK(refused(select_gpus(four(), "abc", std::nullopt)) ==
         "CUDA_VISIBLE_DEVICES=abc: 'abc' is neither a GPU index nor a UUID");
   CHECK(refused(select_gpus(four(), "0,1", std::vector<int>{2})) == "--gpu_ids: GPU 2 is not visible (visible: 0,1)");
+  CHECK(refused(select_gpus(four(), "0,1", std::vector<int>{5}, "cfg.yaml:1:10: gpu_ids")) ==
+        "cfg.yaml:1:10: gpu_ids: GPU 5 is not visible (visible: 0,1)");
 }
 
 TEST_CASE("fake GPUs are numbered from 0") {

@@ -55,6 +55,10 @@ TEST_CASE("port 0 finds a free port, and a listening port is reported in use") {
   CHECK(std::get<std::string>(taken) == "--master_port " + std::to_string(port) +
                                             " is already in use on 127.0.0.1 (choose another port, or "
                                             "--master_port=0 for a free one)");
+  const PortNames from_file{"--master_addr", "master_port", "cfg.yaml:1:14: master_port"};
+  CHECK(std::get<std::string>(reserve_check("127.0.0.1", port, from_file)) ==
+        "master_port=" + std::to_string(port) + " (from cfg.yaml:1:14: master_port) is already in use on 127.0.0.1 "
+        "(choose another port, or 0 for a free one)");
   close(fd);
 }
 

@@ -174,6 +174,17 @@ TEST_CASE("run_program kills a program that runs past its time") {
   CHECK_FALSE(run.exit_code);
 }
 
+TEST_CASE("run_program stops at a poll error as at a timeout, instead of reading past its deadline") {
+  const auto failing_poll = [](pollfd*, nfds_t, int) {
+    errno = ENOMEM;
+    return -1;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto run = posix::run_program({"sh", "-c", "exec sleep 3"}, 10s, failing_poll);
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  CHECK_FALSE(run.exit_code);
+}
+
 TEST_CASE("a library that is missing loads as empty, and a present one gives its functions") {
   posix::Library missing("libdtl-no-such-library.so.1");
   CHECK_FALSE(missing);

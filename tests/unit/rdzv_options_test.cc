@@ -80,6 +80,26 @@ TEST_CASE("an empty token names where it came from") {
   CHECK(error(parsed({}, {{"PET_RDZV_TOKEN", ""}})) == "PET_RDZV_TOKEN is set but empty");
 }
 
+TEST_CASE("a token file set to '' anywhere is an error naming where, not an unauthenticated job") {
+  auto error = [](const config::LaunchOptions& o) {
+    auto token = launcher::resolve_token(o);
+    if (auto* t = std::get_if<rendezvous::Token>(&token)) FAIL("no error, token '" << t->value << "'");
+    return std::get<Error>(token).message;
+  };
+  CHECK(error(parsed({"--rdzv_token_file="})) == "--rdzv_token_file is empty");
+  CHECK(error(parsed({"--rdzv-token-file="})) == "--rdzv_token_file is empty");
+  CHECK(error(parsed({}, {{"PET_RDZV_TOKEN_FILE", ""}})) == "PET_RDZV_TOKEN_FILE is set but empty");
+  CHECK(error(parsed({}, {}, "rdzv_token_file: ''\n")) == "cfg.yaml:1:18: rdzv_token_file is set but empty");
+}
+
+TEST_CASE("the handshake names the token by where it came from") {
+  auto name = [](const config::LaunchOptions& o) { return agent(o).options.client.credentials.token_name; };
+  CHECK(name(parsed({"--nnodes=2", "--rdzv_token=s"})) == "--rdzv_token");
+  CHECK(name(parsed({"--nnodes=2"}, {{"DTLAUNCH_RDZV_TOKEN", "s"}})) == "DTLAUNCH_RDZV_TOKEN");
+  CHECK(name(parsed({"--nnodes=2"}, {{"PET_RDZV_TOKEN", "s"}})) == "PET_RDZV_TOKEN");
+  CHECK(name(parsed({"--nnodes=2"})) == "--rdzv_token");  // none: "no --rdzv_token: any host can join"
+}
+
 TEST_CASE("the agent's client and server and the rdzv-server get the same timings from --rdzv_conf") {
   auto o = parsed({"--nnodes=2", "--rdzv_conf=join_timeout=7,last_call_timeout=0.25,keep_alive_interval=0.2,"
                    "keep_alive_max_attempt=4"});
@@ -123,6 +143,24 @@ TEST_CASE("a --local_addr that does not resolve is named --local_addr, not --mas
                                "'no-such-host.invalid': "));
   CHECK_THAT(agent_error(parsed({"--nnodes=2"}, {{"PET_LOCAL_ADDR", "no-such-host.invalid"}}), host),
              Catch::StartsWith("cannot find a free port for the workers: cannot resolve PET_LOCAL_ADDR "));
+}
+
+TEST_CASE("a port's names are its flags when typed, else the setting and where it came from") {
+  auto names = [](const config::LaunchOptions& o) { return launcher::port_names(o, "master_addr", "master_port"); };
+  CHECK(names(parsed({"--master-port=29655"})).given(29655) == "--master-port 29655");
+  CHECK(names(parsed({"--master-port=29655"})).free() == "--master-port=0");
+  CHECK(names(parsed({})).given(29500) == "--master_port 29500");
+  const auto from_file = names(parsed({}, {}, "master_port: 29655\n"));
+  CHECK(from_file.given(29655) == "master_port=29655 (from cfg.yaml:1:14: master_port)");
+  CHECK(from_file.free() == "0");
+  CHECK(names(parsed({}, {{"PET_MASTER_PORT", "29655"}})).given(29655) == "master_port=29655 (from PET_MASTER_PORT)");
+  CHECK(agent(parsed({"--nnodes=2"}, {{"PET_MASTER_PORT", "29655"}})).options.names.given(29655) ==
+        "master_port=29655 (from PET_MASTER_PORT)");
+}
+
+TEST_CASE("a c10d backend without an endpoint names where the backend came from") {
+  CHECK(agent_error(parsed({"--nnodes=2"}, {{"PET_RDZV_BACKEND", "c10d"}})) ==
+        "rdzv_backend=c10d (from PET_RDZV_BACKEND) needs --rdzv_endpoint host[:port]");
 }
 
 TEST_CASE("bad endpoints name the setting that gave them") {

@@ -51,7 +51,7 @@ TEST_CASE("the first attempt starts with restart count 0 and success ends the ru
   p.start();
   CHECK(g.calls == W{"start restart 0"});
   g.finished();
-  auto end = p.on_finished({});
+  auto end = p.on_finished({}).ending;
   REQUIRE(end);
   CHECK(end->exit_code == 0);
   CHECK(end->summary.empty());
@@ -62,9 +62,10 @@ TEST_CASE("a failure with restarts left starts the group again with the next res
   SupervisorPolicy p(g, env(2), "train.py", "node-a");
   p.start();
   g.finished();
-  CHECK_FALSE(p.on_finished({{failure(1, 3, 10)}, false}));
+  CHECK(p.on_finished({{failure(1, 3, 10)}, false}).warnings ==
+        W{"restarting the workers (1 of 2 restarts) after rank 1 failed"});
   g.finished();
-  CHECK_FALSE(p.on_finished({{failure(0, 3, 10)}, false}));
+  CHECK_FALSE(p.on_finished({{failure(0, 3, 10)}, false}).ending);
   CHECK(g.calls == W{"start restart 0", "start restart 1", "start restart 2"});
 }
 
@@ -73,7 +74,7 @@ TEST_CASE("when restarts run out the run ends with the root cause's exit code an
   SupervisorPolicy p(g, env(0), "train.py", "node-a");
   p.start();
   g.finished();
-  auto end = p.on_finished({{failure(1, 1, 30), failure(0, -11, 20)}, false});
+  auto end = p.on_finished({{failure(1, 1, 30), failure(0, -11, 20)}, false}).ending;
   REQUIRE(end);
   CHECK(end->exit_code == 128 + SIGSEGV);
   CHECK(end->summary.rfind("\n====", 0) == 0);
@@ -88,11 +89,11 @@ TEST_CASE("a signal runs the stop sequence with that signal and the run exits 12
   FakeGroup g;
   SupervisorPolicy p(g, env(3), "train.py", "node-a");
   p.start();
-  p.on_signal(SIGINT);
+  CHECK(p.on_signal(SIGINT) == W{"received SIGINT, stopping the workers"});
   CHECK(g.calls == W{"start restart 0", "stop 2"});
   g.finished();
   // a worker that died of the stop itself still counts as the run's end, not a restart
-  auto end = p.on_finished({{failure(0, 1, 10)}, false});
+  auto end = p.on_finished({{failure(0, 1, 10)}, false}).ending;
   REQUIRE(end);
   CHECK(end->exit_code == 128 + SIGINT);
   CHECK(g.calls == W{"start restart 0", "stop 2"});
@@ -103,16 +104,16 @@ TEST_CASE("a second signal while stopping kills the group, and the last signal n
   SupervisorPolicy p(g, env(0), "train.py", "node-a");
   p.start();
   p.on_signal(SIGTERM);
-  p.on_signal(SIGINT);
+  CHECK(p.on_signal(SIGINT) == W{"received SIGINT while stopping: killing the workers now"});
   CHECK(g.calls == W{"start restart 0", "stop 15", "kill"});
   g.finished();
-  CHECK(p.on_finished({})->exit_code == 128 + SIGINT);
+  CHECK(p.on_finished({}).ending->exit_code == 128 + SIGINT);
 }
 
 TEST_CASE("a signal when no group runs is ignored") {
   FakeGroup g;
   SupervisorPolicy p(g, env(0), "train.py", "node-a");
-  p.on_signal(SIGTERM);
+  CHECK(p.on_signal(SIGTERM).empty());
   CHECK(g.calls.empty());
 }
 
@@ -121,7 +122,7 @@ TEST_CASE("a group that could not start ends the run with 1") {
   SupervisorPolicy p(g, env(2), "train.py", "node-a");
   p.start();
   g.finished();
-  auto end = p.on_finished({{}, true});
+  auto end = p.on_finished({{}, true}).ending;
   REQUIRE(end);
   CHECK(end->exit_code == 1);
   CHECK(end->summary.empty());
