@@ -8,6 +8,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/error.h"
 #include "commands/commands.h"
 #include "config/command_line.h"
 #include "launcher/rdzv_options.h"
@@ -15,7 +16,13 @@
 namespace dtl::commands {
 namespace {
 
-constexpr const char* kError = "dtlaunch rdzv-server: error: ";
+constexpr const char* kCommand = "dtlaunch rdzv-server";
+
+/// Prints `e` the one way errors are printed, and gives its exit code.
+int fail(const Error& e) {
+  std::cerr << error_line(e, kCommand);
+  return e.exit_code;
+}
 
 /// What the command line asks for: where to listen, and the job's settings as an agent has them
 /// (each with where it came from), so that the agent's function makes the server's options.
@@ -37,14 +44,11 @@ std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args,
                                            const config::ReadFile& files) {
   std::vector<config::CommandOption> own = {{"--host", "address to listen on (default: every interface)", {}},
                                             {"--port", "port to listen on (default 29400)", {}}};
-  auto parsed = config::parse_command_settings("dtlaunch rdzv-server",
+  auto parsed = config::parse_command_settings(kCommand,
                                                "run the rendezvous for a multi-node job on its own", kShared,
                                                {{config::Setting::rdzv_backend, "c10d"}}, own, args, env, files);
-  for (const auto& w : parsed.warnings) std::cerr << "dtlaunch rdzv-server: warning: " << w << "\n";
-  if (parsed.error) {
-    std::cerr << kError << parsed.error->message << "\n";
-    return parsed.error->exit_code;
-  }
+  for (const auto& w : parsed.warnings) std::cerr << kCommand << ": warning: " << w << "\n";
+  if (parsed.error) return fail(*parsed.error);
   if (!parsed.options) {
     std::cout << parsed.output;
     return 0;
@@ -53,10 +57,7 @@ std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args,
   if (const auto& port = own[1].value) {
     const bool digits = !port->empty() && port->size() <= 5 && port->find_first_not_of("0123456789") == std::string::npos;
     f.port = digits ? std::stoi(*port) : 0;
-    if (f.port < 1 || f.port > 65535) {
-      std::cerr << kError << "--port: expected a port in 1..65535 (got '" << *port << "')\n";
-      return 2;
-    }
+    if (f.port < 1 || f.port > 65535) return fail(Error{"--port: expected a port in 1..65535 (got '" + *port + "')"});
   }
   return f;
 }
@@ -93,8 +94,7 @@ int serve(const rendezvous::ServerOptions& opts) {
     io.run();
     return code ? code : server.exit_code();
   } catch (const std::exception& e) {
-    std::cerr << kError << e.what() << "\n";
-    return 2;
+    return fail(Error{e.what()});
   }
 }
 
@@ -105,10 +105,7 @@ int run_rdzv_server(const std::vector<std::string>& args, const config::EnvLooku
   if (auto* code = std::get_if<int>(&parsed)) return *code;
   const auto& flags = std::get<ServerFlags>(parsed);
   auto made = launcher::rdzv_options(flags.settings, flags.host, flags.port);
-  if (auto* err = std::get_if<Error>(&made)) {
-    std::cerr << kError << err->message << "\n";
-    return err->exit_code;
-  }
+  if (auto* err = std::get_if<Error>(&made)) return fail(*err);
   for (const auto& w : std::get<launcher::RdzvOptions>(made).warnings) spdlog::warn("{}", w);
   return serve(std::get<launcher::RdzvOptions>(made).server);
 }
