@@ -6,6 +6,7 @@
 
 #include "base/posix.h"
 #include "config/text.h"
+#include "launcher/spawn.h"
 
 namespace dtl::launcher {
 namespace {
@@ -77,6 +78,9 @@ std::optional<std::vector<Gpu>> query_nvml() {
 }
 
 std::optional<std::vector<Gpu>> query_nvidia_smi() {
+  // Most machines without NVML have no nvidia-smi either: looking first saves every launch a fork.
+  const char* path = std::getenv("PATH");
+  if (!find_executable("nvidia-smi", path ? path : "")) return std::nullopt;
   auto run = posix::run_program({"nvidia-smi", "-L"}, kNvidiaSmiTimeout);
   if (run.exit_code != 0) return std::nullopt;
   return parse_nvidia_smi_list(run.lines);
