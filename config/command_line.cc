@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
@@ -48,19 +49,27 @@ std::string help_line(const Flag& f, const char* default_value) {
 /// not settings (which file holds settings, and a look at them).
 class CommandLine {
  public:
-  CommandLine() : texts_(flags().size()), accelerate_texts_(flags().size()) {
+  /// dtlaunch's own line. With `args`, only the rows those arguments name become CLI11 options:
+  /// CLI11 checks each new option against all the others, and registering every row cost a launch
+  /// more than a millisecond; --help and the documentation register them all.
+  explicit CommandLine(const std::vector<std::string>* args = nullptr)
+      : texts_(flags().size()), accelerate_texts_(flags().size()), takes_(flags().size(), true) {
     app_.prefix_command();
     app_.set_version_flag("--version", "dtlaunch " DTL_VERSION);
     app_.footer("Every --flag_name is also accepted as --flag-name and as the variable PET_FLAG_NAME\n"
                 "(the flag wins over the variable, which wins over the config file). Documentation: README.md.\n"
                 "Also: dtlaunch config (write a config file by answering questions; --help for more),\n"
                 "dtlaunch env (versions, GPUs and settings, for a bug report).");
-    add_rows({});
-    add_config_option();
-    app_.add_flag("--print_config,--print-config", print_config_,
-                  "print the settings in effect and where each comes from, then exit")
-        ->group("Config files");
-    app_.add_flag("--help_markdown", help_markdown_, "README's flag tables")->group("");  // hidden
+    const bool every_row = !args || std::any_of(args->begin(), args->end(), [](const std::string& a) {
+      return a == "-h" || a == "--help" || a == "--help_markdown";
+    });
+    if (every_row) {  // in --help's order: the settings, then the config file
+      add_rows(std::nullopt, true);
+      add_meta_options();
+    } else {  // the options that are no row first: named_rows asks CLI11 which of them take a value
+      add_meta_options();
+      add_rows(named_rows(*args), true);
+    }
   }
 
   /// Another command's line: settings `rows` as dtlaunch takes them, the config file, and `own`
@@ -69,6 +78,7 @@ class CommandLine {
               const std::map<Setting, const char*>& defaults, const std::vector<CommandOption>& own)
       : texts_(flags().size()),
         accelerate_texts_(flags().size()),
+        takes_(flags().size(), false),
         own_texts_(own.size()),
         command_(command),
         defaults_(defaults) {
@@ -78,7 +88,8 @@ class CommandLine {
       own_.push_back(app_.add_option(own[i].names, own_texts_[i], own[i].help)
                          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast));
     }
-    add_rows(rows);
+    for (Setting id : rows) takes_[static_cast<size_t>(id)] = true;
+    add_rows(std::nullopt, false);
     add_config_option();
   }
 
@@ -96,7 +107,7 @@ class CommandLine {
   }
 
   /// Whether this command line takes row `i`.
-  bool takes(size_t i) const { return options_[i] != nullptr; }
+  bool takes(size_t i) const { return takes_[i]; }
 
   /// Parses `args`; help, version and CLI11's errors come back as the whole answer.
   std::optional<ParseResult> parse(const std::vector<std::string>& args) {
@@ -162,12 +173,49 @@ class CommandLine {
     return rest;
   }
 
-  /// One option per row of the table (rows `only`, when given), in the table's order, and accelerate
-  /// launch's spelling of a shared setting as an option of its own (converted in resolve()).
-  void add_rows(const std::vector<Setting>& only) {
+  /// The rows whose spellings (or accelerate's) `args` use before the program.
+  std::set<size_t> named_rows(const std::vector<std::string>& args) const {
+    static const auto spellings = [] {
+      std::map<std::string, std::pair<size_t, bool>> by_name;  // spelling -> row, takes a value
+      for (size_t i = 0; i < flags().size(); ++i) {
+        const Flag& f = flags()[i];
+        const bool valued = f.type != Type::switch_;
+        for (const auto& s : long_spellings(f)) by_name[s] = {i, valued};
+        if (*f.short_name) by_name[f.short_name] = {i, valued};
+        if (*f.accelerate_flag) {
+          by_name[std::string("--") + f.accelerate_flag] = {i, valued};
+          by_name["--" + text::replace_all(f.accelerate_flag, "_", "-")] = {i, valued};
+        }
+      }
+      return by_name;
+    }();
+    std::set<size_t> rows;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      if (a == "--" || a.size() < 2 || a[0] != '-') break;  // the program and its arguments
+      const bool is_long = a[1] == '-';
+      const std::string name = is_long ? a.substr(0, a.find('=')) : a.substr(0, 2);
+      const bool attached = is_long ? a.find('=') != std::string::npos : a.size() > 2;
+      auto it = spellings.find(name);
+      if (it != spellings.end()) {
+        rows.insert(it->second.first);
+        if (it->second.second && !attached) ++i;  // its value
+      } else if (const CLI::Option* meta = app_.get_option_no_throw(name)) {
+        if (meta->get_expected_min() > 0 && !attached) ++i;  // --config_file FILE
+      } else {
+        break;  // unknown: CLI11 says so
+      }
+    }
+    return rows;
+  }
+
+  /// One option per row of the table that this line takes (and is among `only`, when given), in the
+  /// table's order; on dtlaunch's own line also accelerate launch's spelling of a shared setting, an
+  /// option of its own (converted in resolve()).
+  void add_rows(const std::optional<std::set<size_t>>& only, bool accelerate_spellings) {
     for (size_t i = 0; i < flags().size(); ++i) {
       const Flag& f = flags()[i];
-      if (!only.empty() && std::find(only.begin(), only.end(), f.id) == only.end()) {
+      if (!takes_[i] || (only && !only->count(i))) {
         options_.push_back(nullptr);
         accelerate_options_.push_back(nullptr);
         continue;
@@ -181,7 +229,7 @@ class CommandLine {
                                                      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
       options_.push_back(o->group(f.group));
       CLI::Option* a = nullptr;
-      if (*f.accelerate_flag && only.empty()) {
+      if (*f.accelerate_flag && accelerate_spellings) {
         const std::string acc = f.accelerate_flag;
         std::string spelled = "--" + acc;
         if (acc.find('_') != std::string::npos) spelled += ",--" + text::replace_all(acc, "_", "-");
@@ -193,6 +241,15 @@ class CommandLine {
       }
       accelerate_options_.push_back(a);
     }
+  }
+
+  /// The options that are no setting: which file holds settings, and a look at them.
+  void add_meta_options() {
+    add_config_option();
+    app_.add_flag("--print_config,--print-config", print_config_,
+                  "print the settings in effect and where each comes from, then exit")
+        ->group("Config files");
+    app_.add_flag("--help_markdown", help_markdown_, "README's flag tables")->group("");  // hidden
   }
 
   void add_config_option() {
@@ -240,6 +297,7 @@ class CommandLine {
   std::vector<std::string> accelerate_texts_;   ///< by row: accelerate's spelling's value
   std::vector<CLI::Option*> accelerate_options_;  ///< by row; nullptr where accelerate has no other spelling
   std::map<const CLI::Option*, std::string> typed_;
+  std::vector<bool> takes_;  ///< by row: whether this line takes the setting (a command takes some)
   std::vector<std::string> own_texts_;  ///< a command's own options' values
   std::vector<CLI::Option*> own_;
   std::string config_file_;
@@ -553,7 +611,7 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   // `dtlaunch launch ARGS` is `accelerate launch ARGS`: accelerate's meaning, and its workers' variables.
   const bool launch = !all_args.empty() && all_args.front() == kLaunchWord;
   const std::vector<std::string> args(all_args.begin() + (launch ? 1 : 0), all_args.end());
-  CommandLine cl;
+  CommandLine cl(&args);
   if (auto answered = cl.parse(args)) return *answered;
   auto gathered = gather(cl, env, files, launch);
   if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
