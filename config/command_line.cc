@@ -8,19 +8,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "config/accelerate.h"
+#include "config/accelerate_line.h"
 #include "config/config_file.h"
 #include "config/text.h"
 
 namespace dtl::config {
 namespace {
-
-/// One setting's text and where it came from, before it is parsed.
-struct Resolved {
-  const Flag* flag;
-  std::string text;
-  Source source;
-};
 
 ParseResult failed(Error e) {
   ParseResult r;
@@ -47,7 +40,7 @@ std::string help_line(const Flag& f, const char* default_value) {
 
 /// The command line as CLI11 reads it: one option per row of the table, and the options that are
 /// not settings (which file holds settings, and a look at them).
-class CommandLine {
+class CommandLine : public TypedValues {
  public:
   /// dtlaunch's own line. With `args`, only the rows those arguments name become CLI11 options:
   /// CLI11 checks each new option against all the others, and registering every row cost a launch
@@ -144,7 +137,7 @@ class CommandLine {
   }
 
   /// Row `i`'s value and the spelling that gave it, when the command line has it.
-  std::optional<Resolved> given(size_t i) const {
+  std::optional<Resolved> own_spelling(size_t i) const override {
     const Flag& f = flags()[i];
     if (!options_[i] || options_[i]->count() == 0) return std::nullopt;
     auto spelled = typed_.find(options_[i]);
@@ -153,7 +146,7 @@ class CommandLine {
   }
 
   /// Row `i`'s value in accelerate's spelling (`--num_processes 8`), as typed, when given.
-  std::optional<Resolved> given_in_accelerate_spelling(size_t i) const {
+  std::optional<Resolved> accelerate_spelling(size_t i) const override {
     const Flag& f = flags()[i];
     const CLI::Option* o = accelerate_options_[i];
     if (!o || o->count() == 0) return std::nullopt;
@@ -311,7 +304,7 @@ class CommandLine {
 /// Setting `i`'s text and source: flag > variable > config file > default.
 Resolved resolve(size_t i, const CommandLine& cl, const EnvLookup& env, const ConfigFile* file) {
   const Flag& f = flags()[i];
-  if (auto typed = cl.given(i)) return *typed;
+  if (auto typed = cl.own_spelling(i)) return *typed;
   for (const auto& name : cl.takes(i) ? variable_names(f) : std::vector<std::string>{}) {
     if (auto v = env(name)) return Resolved{&f, *v, Source{Source::Kind::env, name, ""}};
   }
@@ -321,105 +314,6 @@ Resolved resolve(size_t i, const CommandLine& cl, const EnvLookup& env, const Co
     }
   }
   return Resolved{&f, cl.default_of(i), Source{Source::Kind::default_, std::string("--") + f.name, ""}};
-}
-
-/// "--tee: expected 0-3 ... (got '4')", or a file's "cfg.yaml:3:6: tee: expected 0-3 ..., got '4'".
-Error value_error(const Resolved& s, const std::string& what) {
-  std::string msg = s.source.where + ": " + what;
-  if (!s.text.empty() && what.rfind("expected", 0) == 0) {
-    if (s.source.kind == Source::Kind::file) {
-      msg += ", got '" + s.text + "'" + (s.source.note.empty() ? "" : " (" + s.source.note + ")");
-    } else {
-      msg += " (got '" + s.text + "')";
-    }
-  }
-  return Error{msg};
-}
-
-Resolved& row(std::vector<Resolved>& settings, Setting id) { return settings[static_cast<size_t>(id)]; }
-
-/// "--nproc_per_node=4 and --num_processes=6 disagree (...); give one of them".
-Error disagree(const Resolved& a, const Resolved& b, const std::string& why = "") {
-  return Error{a.source.where + "=" + a.text + " and " + b.source.where + "=" + b.text + " disagree" +
-               (why.empty() ? "" : " (" + why + ")") + "; give one of them"};
-}
-
-/// accelerate launch's spellings of shared settings, with accelerate's meaning: --num_processes is the
-/// total over --num_machines, and machines not on one network (no --same_network) meet at
-/// --main_process_ip:--main_process_port. Both spellings of one setting on the command line must agree.
-std::optional<Error> accelerate_spellings(const CommandLine& cl, std::vector<Resolved>& settings) {
-  for (size_t i = 0; i < settings.size(); ++i) {
-    auto acc = cl.given_in_accelerate_spelling(i);
-    if (!acc || static_cast<Setting>(i) == Setting::nproc_per_node) continue;
-    if (auto typed = cl.given(i)) {
-      if (typed->text != acc->text) return disagree(*typed, *acc);
-      continue;
-    }
-    settings[i] = *acc;
-  }
-  const Resolved& nnodes = row(settings, Setting::nnodes);
-  long machines = std::strtol(nnodes.text.substr(nnodes.text.rfind(':') + 1).c_str(), nullptr, 10);
-  if (machines < 1) return std::nullopt;  // the nnodes row reports it
-  const std::string machines_where = nnodes.source.kind == Source::Kind::default_ ? "--num_machines" : nnodes.source.where;
-  if (auto total = cl.given_in_accelerate_spelling(static_cast<size_t>(Setting::nproc_per_node))) {
-    char* end = nullptr;
-    long n = std::strtol(total->text.c_str(), &end, 10);
-    if (total->text.empty() || *end != '\0' || n < 1) return value_error(*total, "expected an integer >= 1");
-    const std::string over = machines_where + "=" + std::to_string(machines);
-    if (n % machines != 0) {
-      return Error{total->source.where + ": expected a total divisible by " + over +
-                   " (num_processes counts the processes of all machines) (got '" + total->text + "')"};
-    }
-    const std::string per_node = std::to_string(n / machines);
-    const std::string why = total->source.where + " is the total over " + over + ": " + per_node + " per machine";
-    if (auto typed = cl.given(static_cast<size_t>(Setting::nproc_per_node))) {
-      if (typed->text != per_node) return disagree(*typed, *total, why);
-    } else {
-      total->source.note = machines > 1 ? "total " + total->text + " over " + std::to_string(machines) + " machines" : "";
-      total->text = per_node;
-      row(settings, Setting::nproc_per_node) = *total;
-    }
-  }
-  auto ip = cl.given_in_accelerate_spelling(static_cast<size_t>(Setting::master_addr));
-  if (machines > 1 && ip && row(settings, Setting::same_network).text != "1") {
-    auto port = cl.given_in_accelerate_spelling(static_cast<size_t>(Setting::master_port));
-    Resolved endpoint = *ip;
-    endpoint.flag = &flag(Setting::rdzv_endpoint);
-    endpoint.text = ip->text + ":" + (port ? port->text : "29500");
-    endpoint.source.note = "main_process_ip:main_process_port, no --same_network";
-    row(settings, Setting::rdzv_endpoint) = endpoint;
-  }
-  return std::nullopt;
-}
-
-/// accelerate's rules between its own settings.
-std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& settings, const LaunchOptions& o) {
-  const Resolved* kind = nullptr;
-  for (Setting id : {Setting::use_cpu, Setting::multi_gpu, Setting::use_fsdp, Setting::use_deepspeed}) {
-    const Resolved& s = settings[static_cast<size_t>(id)];
-    if (s.text != "1") continue;
-    if (kind) {
-      return Error{kind->source.where + " and " + s.source.where + " choose two kinds of run; accelerate takes one of "
-                   "--cpu, --multi_gpu, --use_deepspeed, --use_fsdp at a time"};
-    }
-    kind = &s;
-  }
-  const auto& v = o.accelerate.values;
-  auto value = [&](const char* name, const char* fallback) {
-    auto it = v.find(name);
-    return text::lower(it == v.end() ? fallback : it->second);
-  };
-  if (o.accelerate.values.count("use_fsdp") && value("use_fsdp", "0") == "1" &&
-      value("fsdp_cpu_ram_efficient_loading", "true") == "true" && value("fsdp_sync_module_states", "true") != "true") {
-    return Error{o.source("fsdp_cpu_ram_efficient_loading").where + ": fsdp_cpu_ram_efficient_loading needs "
-                 "fsdp_sync_module_states (" + o.source("fsdp_sync_module_states").where + ") to be true, as accelerate says"};
-  }
-  const std::string launcher = value("deepspeed_multinode_launcher", "pdsh");
-  if (value("use_deepspeed", "0") == "1" && !o.use_cpu && o.max_nodes > 1 && launcher != "standard") {
-    return Error{o.named("deepspeed_multinode_launcher", launcher) + ": dtlaunch starts DeepSpeed on several machines "
-                 "the torchrun way only (deepspeed_multinode_launcher: standard); the ssh launchers are not supported"};
-  }
-  return std::nullopt;
 }
 
 /// The rules that involve two settings, checked here, after every row has parsed, whatever the
@@ -468,54 +362,6 @@ std::optional<Error> parse_settings(const std::vector<Resolved>& settings, Launc
   return check_rules(settings, o);
 }
 
-/// accelerate launch's defaults where torchrun's differ: after `launch`, one worker per GPU when no
-/// num_processes is given (take_accelerate_facts sets it); and every worker sees every GPU.
-void accelerate_defaults(bool launch, bool accelerate_file, std::vector<Resolved>& settings) {
-  Resolved& nproc = row(settings, Setting::nproc_per_node);
-  if (launch && nproc.source.kind == Source::Kind::default_) {
-    nproc.source.note = "accelerate launch: one per GPU when the machine has GPUs";
-  }
-  Resolved& visibility = row(settings, Setting::gpu_visibility);
-  if ((launch || accelerate_file) && visibility.source.kind == Source::Kind::default_) {
-    // accelerate's workers pick cuda:LOCAL_RANK (Accelerator does), so they must all see every GPU.
-    visibility.text = "all";
-    visibility.source.note = "accelerate: every worker sees every GPU";
-  }
-}
-
-/// What accelerate launch would make of the run beyond the shared settings: whether its variables
-/// apply (`dtlaunch launch`, or an accelerate file), which launcher a file or flag chose, accelerate's
-/// own use_cpu, and the meaning of gpu_ids.
-void take_accelerate_facts(bool launch, const ConfigFile* file, const std::vector<Resolved>& settings, LaunchOptions& o) {
-  const bool accelerate_file = file && file->format == ConfigFile::Format::accelerate;
-  // An accelerate setting given in dtlaunch's own terms is never dropped: the workers get accelerate's variables.
-  const bool accelerate_setting = std::any_of(settings.begin(), settings.end(), [](const Resolved& s) {
-    return s.flag->accelerate_only && s.source.kind != Source::Kind::default_;
-  });
-  o.accelerate.launch = launch || accelerate_file || accelerate_setting;
-  if (launch && o.source("nproc_per_node").kind == Source::Kind::default_) {
-    o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
-  }
-  for (Setting id : {Setting::use_cpu, Setting::multi_gpu, Setting::use_fsdp, Setting::use_deepspeed}) {
-    o.accelerate.chosen |= settings[static_cast<size_t>(id)].source.kind != Source::Kind::default_;
-  }
-  o.accelerate.chosen |= accelerate_file;
-  // accelerate's --gradient_clipping is a float: str(1.0) is "1.0"; a file's value is as YAML wrote it.
-  auto clipping = o.accelerate.values.find("gradient_clipping");
-  if (clipping != o.accelerate.values.end() && o.source("gradient_clipping").kind != Source::Kind::file) {
-    clipping->second = python_float(std::strtod(clipping->second.c_str(), nullptr));
-  }
-  const Source cpu = o.source("use_cpu");
-  o.accelerate.use_cpu = o.use_cpu;
-  if (accelerate_file) {
-    o.accelerate.deepspeed_fields = file->deepspeed_fields;
-    // accelerate's own use_cpu is the file's key: MULTI_CPU alone keeps the GPUs out of dtlaunch's plan only
-    if (cpu.kind == Source::Kind::file) o.accelerate.use_cpu = file->use_cpu;
-  }
-  const bool from_file = o.source("gpu_ids").kind == Source::Kind::file;
-  o.accelerate.physical_gpu_ids = o.gpu_ids && (from_file ? accelerate_file : launch);
-}
-
 /// The file's env: entries, unless the environment already has the variable; as --print_config shows them.
 std::vector<EffectiveSetting> add_file_env(const ConfigFile& file, const EnvLookup& env, LaunchOptions& o) {
   std::vector<EffectiveSetting> shown;
@@ -528,21 +374,6 @@ std::vector<EffectiveSetting> add_file_env(const ConfigFile& file, const EnvLook
     }
   }
   return shown;
-}
-
-/// --print_config's line above a setting that accelerate spells or means otherwise.
-std::string other_name(const Flag& f, const LaunchOptions& o) {
-  if (f.id == Setting::nproc_per_node) {
-    std::string total = "accelerate: --num_processes / num_processes, the total over all machines";
-    if (o.nproc_per_node.kind != NprocSpec::Kind::count) return total;
-    return total + " (" + std::to_string(o.nproc_per_node.count * o.max_nodes) + " here)";
-  }
-  if (f.id == Setting::gpu_ids) {
-    return o.accelerate.physical_gpu_ids ? "gpu_ids: physical ids, accelerate's meaning (CUDA_VISIBLE_DEVICES is not read)"
-                                         : "gpu_ids: indices among the visible GPUs, dtlaunch's meaning";
-  }
-  if (*f.accelerate_flag) return std::string("accelerate: --") + f.accelerate_flag + " / " + f.accelerate_key;
-  return "";
 }
 
 std::string print_config(const std::vector<Resolved>& settings, const std::vector<EffectiveSetting>& env,
