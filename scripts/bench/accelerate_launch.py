@@ -51,8 +51,10 @@ def main():
     for prog in (DTLAUNCH, ACCELERATE):
         if not os.access(prog, os.X_OK):
             sys.exit(f"accelerate_launch.py: {prog} is missing (build dtlaunch; scripts/parity/make_venv.sh for accelerate)")
-    out = subprocess.run([ACCELERATE, "--version"], capture_output=True, text=True)
-    version = (out.stdout + out.stderr).strip()
+    py = os.path.join(os.path.dirname(ACCELERATE), "python")  # the venv's: accelerate has no --version
+    out = subprocess.run([py, "-c", "import accelerate, torch; print(accelerate.__version__, torch.__version__)"],
+                         capture_output=True, text=True)
+    version = "accelerate %s, torch %s" % tuple(out.stdout.split()) if out.returncode == 0 else "version unknown"
     print(f"dtlaunch: {DTLAUNCH}\naccelerate: {ACCELERATE} ({version})")
     rows = []
     for name, measure in (("launch 4x `true` (wall, median)", launch_times),
