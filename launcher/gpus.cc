@@ -80,8 +80,9 @@ std::optional<std::vector<Gpu>> query_nvml() {
 std::optional<std::vector<Gpu>> query_nvidia_smi() {
   // Most machines without NVML have no nvidia-smi either: looking first saves every launch a fork.
   const char* path = std::getenv("PATH");
-  if (!find_executable("nvidia-smi", path ? path : "")) return std::nullopt;
-  auto run = posix::run_program({"nvidia-smi", "-L"}, kNvidiaSmiTimeout);
+  const auto exe = find_executable("nvidia-smi", path ? path : "");
+  if (!exe) return std::nullopt;
+  auto run = posix::run_program({*exe, "-L"}, kNvidiaSmiTimeout);  // the path found: no second PATH walk
   if (run.exit_code != 0) return std::nullopt;
   return parse_nvidia_smi_list(run.lines);
 }
