@@ -393,7 +393,7 @@ std::string print_config(const std::vector<Resolved>& settings, const std::vecto
   for (const auto& s : settings) {
     std::string source = s.source.kind == Source::Kind::default_ ? "default" : s.source.where;
     if (!s.source.note.empty()) source += " (" + s.source.note + ")";
-    const bool secret = s.flag->id == Setting::rdzv_token && !s.text.empty();  // `dtlaunch env` output gets pasted
+    const bool secret = s.flag->secret && !s.text.empty();  // `dtlaunch env` output gets pasted
     lines.push_back({s.flag->name, secret ? "<hidden>" : s.text, source, s.flag->type == Type::switch_,
                      other_name(*s.flag, o)});
   }

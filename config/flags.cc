@@ -87,6 +87,12 @@ void integer(const S& t, O&) {
 
 void switch_value(const S& t, O&) { parse_bool(t); }
 
+/// A run id names the log folder, `<run_id>_XXXXXX`, which file systems cap at 255 bytes.
+std::string run_id(const S& t) {
+  if (t.size() > 248) throw std::invalid_argument("expected at most 248 bytes (it names the log folder)");
+  return t;
+}
+
 void number(const S& t) {
   std::string v = trim(t);
   char* end = nullptr;
@@ -150,7 +156,7 @@ const std::vector<Flag> kFlags = {
      .apply = [](const S& t, O& o) { o.rdzv_endpoint = trim(t); }},
     {.id = Setting::rdzv_id, .name = "rdzv_id", .group = kNodes, .help = "job id, an alias of `--run_id`",
      .apply = [](const S& t, O& o) {  // before run_id, which wins
-       if (!t.empty()) o.run_id = t;
+       if (!t.empty()) o.run_id = run_id(t);
      }},
     {.id = Setting::rdzv_conf, .name = "rdzv_conf", .group = kNodes,
      .help = "rendezvous settings `k=v,k=v` (`join_timeout`, `last_call_timeout`, `keep_alive_interval`, ...)",
@@ -158,14 +164,15 @@ const std::vector<Flag> kFlags = {
     {.id = Setting::local_addr, .name = "local_addr", .group = kNodes,
      .help = "this node's address, as its workers are reached", .apply = [](const S& t, O& o) { o.local_addr = trim(t); }},
     {.id = Setting::rdzv_token, .name = "rdzv_token", .variables = {"DTLAUNCH_RDZV_TOKEN"}, .group = kNodes,
-     .help = "shared secret that nodes prove with HMAC-SHA256 (never sent); `ps` shows a flag, the variable it does not",
-     .apply = [](const S& t, O& o) { o.rdzv_token = t; }},
+     .help = "shared secret that nodes prove with HMAC-SHA256 (never sent, never in the workers' environment); "
+             "`ps` shows a flag, the variable it does not",
+     .apply = [](const S& t, O& o) { o.rdzv_token = t; }, .secret = true},
     {.id = Setting::rdzv_token_file, .name = "rdzv_token_file", .group = kNodes, .help = "file holding the shared secret",
      .names_path = true,
      .apply = [](const S& t, O& o) { o.rdzv_token_file = t; }},
     {.id = Setting::run_id, .name = "run_id", .default_shown = "`none`", .group = kNodes,
      .help = "job id, exported as `TORCHELASTIC_RUN_ID`", .apply = [](const S& t, O& o) {
-       if (!t.empty()) o.run_id = t;
+       if (!t.empty()) o.run_id = run_id(t);
      }},
     {.id = Setting::max_restarts, .name = "max_restarts", .default_value = "0", .group = kWorkers,
      .help = "restarts of the whole worker group after a failure",
@@ -210,6 +217,10 @@ const std::vector<Flag> kFlags = {
      .default_value = "SIGTERM,SIGINT,SIGHUP,SIGQUIT", .group = kWorkers,
      .help = "signals dtlaunch catches and forwards to the workers",
      .apply = [](const S& t, O& o) { o.signals_to_handle = parse_signal_list(t); }},
+    {.id = Setting::job_cgroup, .name = "job_cgroup", .default_value = "1", .group = kWorkers,
+     .help = "put the workers in a cgroup v2 of their own, killed as one (`cgroup.kill`) even when dtlaunch is "
+             "SIGKILLed; where none can be made, workers' sessions are killed instead. 0: off",
+     .apply = [](const S& t, O& o) { o.job_cgroup = parse_bool(t); }},
     {.id = Setting::gpu_ids, .name = "gpu_ids", .accelerate_key = "gpu_ids", .type = Type::list, .default_shown = "all",
      .group = kGpus,
      .help = "use only these GPUs, as indices among the visible ones (`0,2`); after `dtlaunch launch` and in "
@@ -403,6 +414,16 @@ std::vector<std::string> long_spellings(const Flag& f) {
 std::vector<std::string> variable_names(const Flag& f) {
   std::vector<std::string> names{"PET_" + text::upper(f.name)};
   names.insert(names.end(), f.variables.begin(), f.variables.end());
+  return names;
+}
+
+std::vector<std::string> secret_variables() {
+  std::vector<std::string> names;
+  for (const auto& f : kFlags) {
+    if (!f.secret) continue;
+    auto v = variable_names(f);
+    names.insert(names.end(), v.begin(), v.end());
+  }
   return names;
 }
 

@@ -96,6 +96,7 @@ struct LaunchOptions {
   std::optional<std::set<int>> local_ranks_filter;
   double shutdown_timeout_s = 30;
   std::vector<int> signals_to_handle;  ///< signal numbers
+  bool job_cgroup = true;              ///< the workers in a cgroup v2 of their own, where one can be made
   std::string run_id = "none";
   std::optional<std::vector<int>> gpu_ids;
   std::optional<int> fake_gpus;

@@ -201,6 +201,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   plan.log_dir_called = o.source("log_dir").where;
   plan.shutdown_timeout_s = o.shutdown_timeout_s;
   plan.signals = o.signals_to_handle;
+  plan.job_cgroup = o.job_cgroup;
   return plan;
 }
 

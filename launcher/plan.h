@@ -50,6 +50,7 @@ struct LaunchPlan {
   std::string log_dir_called = "--log_dir";  ///< what messages call log_dir: the flag, or where it came from
   double shutdown_timeout_s = 30;
   std::vector<int> signals;
+  bool job_cgroup = true;  ///< try to put the workers in a cgroup v2 of their own
   std::vector<std::string> notices;  ///< one-line notes for the user before the start
 
   /// Whether any worker stream goes to a per-rank file (redirects, tee, or hidden by the filter).

@@ -1,5 +1,6 @@
 #include "launcher/worker_env.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 
@@ -47,13 +48,14 @@ EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::Env
   return out;
 }
 
-std::vector<std::string> merge_environ(char* const* inherited, const EnvPairs& overlay) {
+std::vector<std::string> merge_environ(char* const* inherited, const EnvPairs& overlay,
+                                       const std::vector<std::string>& withheld) {
   std::vector<std::string> out;
   for (char* const* e = inherited; e && *e; ++e) {
     const char* eq = std::strchr(*e, '=');
     if (!eq) continue;
     std::string_view key(*e, static_cast<size_t>(eq - *e));
-    if (!has(overlay, key)) out.emplace_back(*e);
+    if (!has(overlay, key) && std::find(withheld.begin(), withheld.end(), key) == withheld.end()) out.emplace_back(*e);
   }
   for (const auto& [k, v] : overlay) out.push_back(k + "=" + v);
   return out;

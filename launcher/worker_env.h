@@ -43,7 +43,9 @@ struct WorkerSlot {
 /// among the group's variables.
 EnvPairs worker_env(const GroupEnv& group, const WorkerSlot& slot, const config::EnvLookup& inherited);
 
-/// The full "KEY=VALUE" environment for execve: `inherited` (environ-style) with `overlay` on top.
-std::vector<std::string> merge_environ(char* const* inherited, const EnvPairs& overlay);
+/// The full "KEY=VALUE" environment for execve: `inherited` (environ-style) without the `withheld`
+/// variables (dtlaunch's secrets), with `overlay` on top.
+std::vector<std::string> merge_environ(char* const* inherited, const EnvPairs& overlay,
+                                       const std::vector<std::string>& withheld = {});
 
 }  // namespace dtl::launcher

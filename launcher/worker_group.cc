@@ -16,6 +16,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "config/flags.h"
 #include "launcher/console.h"
 #include "launcher/failure.h"
 #include "launcher/line_prefixer.h"
@@ -108,6 +109,7 @@ struct WorkerGroup::Impl {
   bool drain_armed = false;
   bool wrote_files = false;
   std::string scratch;
+  const std::vector<std::string> withheld = config::secret_variables();
 
   // ---- starting ----
 
@@ -142,8 +144,12 @@ struct WorkerGroup::Impl {
 
     WorkerSlot slot{lr, w->error_file, plan.cuda_visible_devices[lr]};
     SpawnSpec spec{plan.exec_path, substitute_local_rank(plan.argv, lr),
-                   merge_environ(environ, worker_env(group, slot, config::process_env())), child_fds[0],
+                   merge_environ(environ, worker_env(group, slot, config::process_env()), withheld), child_fds[0],
                    child_fds[1], child_fds[2]};
+    if (const JobCgroup* cgroup = guard.cgroup()) {
+      spec.cgroup_fd = cgroup->dir_fd();
+      spec.cgroup_procs_fd = cgroup->procs_fd();
+    }
     w->pid = spawn_worker(spec);
     w->running = true;
     guard.watch(w->pid);
@@ -260,7 +266,7 @@ struct WorkerGroup::Impl {
   void signal_workers(int sig) {
     for (auto& w : workers) {
       if (!w->running) continue;
-      ::kill(-w->pid, sig);
+      signal_worker(w->pid, sig);
       w->signalled = true;
     }
   }
@@ -319,10 +325,11 @@ struct WorkerGroup::Impl {
     });
   }
 
-  /// SIGKILLs what is left in the workers' process groups and every adopted orphan; true while
-  /// any of them is still alive.
+  /// SIGKILLs what is left in the job's cgroup, the workers' process groups and every adopted
+  /// orphan; true while any of them is still alive.
   bool kill_stragglers() {
-    for (auto& w : workers) ::kill(-w->pid, SIGKILL);
+    if (const JobCgroup* cgroup = guard.cgroup()) cgroup->kill();
+    for (auto& w : workers) signal_worker(w->pid, SIGKILL);
     bool any = false;
     for (pid_t pid : child_processes()) {
       if (pid == guard.pid()) continue;

@@ -117,6 +117,14 @@ TEST_CASE("rdzv_id is an alias of run_id, and standalone is a flag") {
   CHECK(ok({"--standalone", "t.py"}).standalone);
 }
 
+TEST_CASE("a run id too long to name the log folder is bad input, from either spelling") {
+  CHECK(ok({"--run_id=" + std::string(248, 'j'), "t.py"}).run_id.size() == 248);
+  CHECK(error_of(parse({"--run_id=" + std::string(249, 'j'), "t.py"})) ==
+        "--run_id: expected at most 248 bytes (it names the log folder) (got '" + std::string(249, 'j') + "')");
+  CHECK_THAT(error_of(parse({"--rdzv_id=" + std::string(300, 'j'), "t.py"})),
+             Catch::StartsWith("--rdzv_id: expected at most 248 bytes (it names the log folder) (got 'jjj"));
+}
+
 TEST_CASE("fake gpus come from the flag or DTLAUNCH_FAKE_GPUS") {
   CHECK(*ok({"--fake_gpus=2", "t.py"}).fake_gpus == 2);
   CHECK(*ok({"t.py"}, {{"DTLAUNCH_FAKE_GPUS", "3"}}).fake_gpus == 3);
