@@ -328,6 +328,12 @@ std::optional<Error> check_rules(const std::vector<Resolved>& settings, LaunchOp
   if (o.module && o.no_python) {
     return value_error(setting(Setting::module), "--module runs python -m and cannot be combined with --no_python");
   }
+  if (o.virtual_local_rank && o.gpu_visibility == GpuVisibility::all &&
+      o.source("gpu_visibility").kind != Source::Kind::default_) {
+    return value_error(setting(Setting::gpu_visibility),
+                       "expected per_worker, since virtual_local_rank shows each worker only its own GPU (" +
+                           o.source("virtual_local_rank").where + ")");
+  }
   const Resolved& nproc = setting(Setting::nproc_per_node);
   if (o.use_cpu && o.nproc_per_node.kind == NprocSpec::Kind::gpu) {
     return value_error(nproc, "expected a count, cpu or auto, since use_cpu is set (" + o.source("use_cpu").where + ")");

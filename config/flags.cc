@@ -87,6 +87,26 @@ void integer(const S& t, O&) {
 
 void switch_value(const S& t, O&) { parse_bool(t); }
 
+/// torchrun's comma_separated_list: items split at ',', where ",," stands for a comma.
+std::vector<std::string> filter_list(const S& t) {
+  std::vector<std::string> items;
+  if (t.empty()) return items;
+  std::string item;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == ',' && i + 1 < t.size() && t[i + 1] == ',') {
+      item += ',';
+      ++i;
+    } else if (t[i] == ',') {
+      items.push_back(item);
+      item.clear();
+    } else {
+      item += t[i];
+    }
+  }
+  items.push_back(item);
+  return items;
+}
+
 /// A run id names the log folder, `<run_id>_XXXXXX`, which file systems cap at 255 bytes.
 std::string run_id(const S& t) {
   if (t.size() > 248) throw std::invalid_argument("expected at most 248 bytes (it names the log folder)");
@@ -141,8 +161,8 @@ const std::vector<Flag> kFlags = {
      .accelerate_flag = "main_process_ip"},
     {.id = Setting::master_port, .name = "master_port", .accelerate_key = "main_process_port",
      .default_value = "29500", .group = kNodes,
-     .help = "port of the workers' rank 0 store; `0` picks a free port. A port already in use is an error before "
-             "anything starts",
+     .help = "port of the workers' rank 0 store; `0` picks a free port, and so does one static node given no port "
+             "(torchrun 2.x). A port given and in use is an error before anything starts",
      .apply = [](const S& t, O& o) { o.master_port = static_cast<int>(parse_int(t, 0, 65535, "a port in 0..65535")); },
      .accelerate_flag = "main_process_port"},
     {.id = Setting::standalone, .name = "standalone", .type = Type::switch_, .group = kNodes,
@@ -210,6 +230,28 @@ const std::vector<Flag> kFlags = {
      .apply = [](const S& t, O& o) {
        if (!t.empty()) o.local_ranks_filter = parse_rank_list(t);
      }},
+    {.id = Setting::log_line_prefix_template, .name = "log_line_prefix_template",
+     .variables = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"}, .default_value = "[${role_name}${local_rank}]:",
+     .group = kOutput,
+     .help = "prefix of each console line, with `${role_name}`, `${local_rank}`, `${rank}` and `${hostname}`",
+     .apply = [](const S& t, O& o) { o.log_line_prefix_template = t; }},
+    {.id = Setting::duplicate_stdout_filters, .name = "duplicate_stdout_filters", .type = Type::list, .group = kOutput,
+     .help = "tee'd stdout lines holding any of these words (`,,` is a comma) also go to "
+             "`attempt_N/filtered_stdout.log`, prefixed",
+     .apply = [](const S& t, O& o) { o.duplicate_stdout_filters = filter_list(t); }},
+    {.id = Setting::duplicate_stderr_filters, .name = "duplicate_stderr_filters", .type = Type::list, .group = kOutput,
+     .help = "the same for stderr, into `attempt_N/filtered_stderr.log`",
+     .apply = [](const S& t, O& o) { o.duplicate_stderr_filters = filter_list(t); }},
+    {.id = Setting::logs_specs, .name = "logs_specs", .group = kOutput,
+     .help = "accepted for torchrun's command lines when empty: a Python `LogsSpecs` class has no meaning here",
+     .apply = [](const S& t, O&) {
+       if (!trim(t).empty()) throw std::invalid_argument("a torchrun.logs_specs entry point is a Python class, which dtlaunch cannot load");
+     }},
+    {.id = Setting::event_log_handler, .name = "event_log_handler", .default_value = "null", .group = kOutput,
+     .help = "torchrun's event handler: only `null` (a handler is a Python registry entry)",
+     .apply = [](const S& t, O&) {
+       if (trim(t) != "null") throw std::invalid_argument("expected null: torch's event handlers live in a Python registry, which dtlaunch cannot load");
+     }},
     {.id = Setting::shutdown_timeout, .name = "shutdown_timeout", .variables = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
      .default_value = "30", .group = kWorkers, .help = "seconds between the stop signal and SIGKILL",
      .apply = [](const S& t, O& o) { o.shutdown_timeout_s = seconds(t); }},
@@ -221,6 +263,14 @@ const std::vector<Flag> kFlags = {
      .help = "put the workers in a cgroup v2 of their own, killed as one (`cgroup.kill`) even when dtlaunch is "
              "SIGKILLed; where none can be made, workers' sessions are killed instead. 0: off",
      .apply = [](const S& t, O& o) { o.job_cgroup = parse_bool(t); }},
+    {.id = Setting::numa_binding, .name = "numa_binding", .group = kWorkers,
+     .help = "torchrun's NUMA binding: not implemented by dtlaunch yet, refused rather than ignored",
+     .choices = {"node", "socket", "exclusive", "core-complex"}, .apply = [](const S& t, O&) {
+       if (!trim(t).empty()) throw std::invalid_argument("dtlaunch does not bind workers to NUMA nodes yet");
+     }},
+    {.id = Setting::virtual_local_rank, .name = "virtual_local_rank", .type = Type::switch_, .group = kWorkers,
+     .help = "`LOCAL_RANK=0` for every worker, which sees only its own GPU (as torchrun's)",
+     .apply = [](const S& t, O& o) { o.virtual_local_rank = parse_bool(t); }},
     {.id = Setting::gpu_ids, .name = "gpu_ids", .accelerate_key = "gpu_ids", .type = Type::list, .default_shown = "all",
      .group = kGpus,
      .help = "use only these GPUs, as indices among the visible ones (`0,2`); after `dtlaunch launch` and in "

@@ -94,6 +94,11 @@ struct LaunchOptions {
   StreamsSpec redirects;
   StreamsSpec tee;
   std::optional<std::set<int>> local_ranks_filter;
+  std::string log_line_prefix_template = "[${role_name}${local_rank}]:";
+  /// torchrun's --duplicate_std{out,err}_filters: tee'd lines holding any of these also go to
+  /// attempt_N/filtered_std{out,err}.log.
+  std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
+  bool virtual_local_rank = false;  ///< LOCAL_RANK=0 for every worker, which sees only its own GPU
   double shutdown_timeout_s = 30;
   std::vector<int> signals_to_handle;  ///< signal numbers
   bool job_cgroup = true;              ///< the workers in a cgroup v2 of their own, where one can be made

@@ -96,25 +96,22 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string& why) {
   }
   int dir = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int procs = ::open((path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
-  int kill = ::open((path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);
-  if (dir < 0 || procs < 0 || kill < 0) {
-    why = std::string(kill < 0 ? "no cgroup.kill in " : "cannot open ") + path + ": " + std::strerror(errno);
-    for (int fd : {dir, procs, kill}) {
+  const bool killable = ::access((path + "/cgroup.kill").c_str(), W_OK) == 0;  // Linux 5.14+
+  if (dir < 0 || procs < 0 || !killable) {
+    why = std::string(!killable ? "no cgroup.kill in " : "cannot open ") + path + ": " + std::strerror(errno);
+    for (int fd : {dir, procs}) {
       if (fd >= 0) ::close(fd);
     }
     ::rmdir(path.c_str());
     return nullptr;
   }
-  return std::unique_ptr<JobCgroup>(new JobCgroup(path, dir, procs, kill));
+  return std::unique_ptr<JobCgroup>(new JobCgroup(path, dir, procs));
 }
 
 JobCgroup::~JobCgroup() {
   ::close(dir_fd_);
   ::close(procs_fd_);
-  ::close(kill_fd_);
 }
-
-void JobCgroup::kill() const { write_text(kill_fd_, "1"); }
 
 bool remove_cgroup(const std::string& path, std::chrono::milliseconds wait) {
   int fd = ::open((path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);

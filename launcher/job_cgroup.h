@@ -31,16 +31,11 @@ class JobCgroup {
   int dir_fd() const { return dir_fd_; }
   /// Open for writing: a child that could not be cloned into the cgroup writes "0" here to move in.
   int procs_fd() const { return procs_fd_; }
-  /// SIGKILLs every process in the cgroup.
-  void kill() const;
-
  private:
-  JobCgroup(std::string path, int dir_fd, int procs_fd, int kill_fd)
-      : path_(std::move(path)), dir_fd_(dir_fd), procs_fd_(procs_fd), kill_fd_(kill_fd) {}
+  JobCgroup(std::string path, int dir_fd, int procs_fd) : path_(std::move(path)), dir_fd_(dir_fd), procs_fd_(procs_fd) {}
   std::string path_;
   int dir_fd_ = -1;
   int procs_fd_ = -1;
-  int kill_fd_ = -1;
 };
 
 /// Kills whatever is in the cgroup at `path`, waits up to `wait` for it to empty, and removes it.

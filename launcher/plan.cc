@@ -9,6 +9,7 @@
 
 #include "config/accelerate.h"
 #include "config/text.h"
+#include "launcher/failure.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/spawn.h"
 
@@ -75,7 +76,8 @@ bool LaunchPlan::writes_log_files() const {
     for (const auto& [rank, streams] : s.per_rank) set |= streams != config::Streams::none;
     return set;
   };
-  return any(redirects) || any(tee) || console_filter.has_value();
+  return any(redirects) || any(tee) || console_filter.has_value() || !stdout_filters.empty() ||
+         !stderr_filters.empty();
 }
 
 bool is_multi_node(const config::LaunchOptions& o) {
@@ -170,6 +172,18 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
                              " and picks cuda:LOCAL_RANK (torchrun's behaviour)");
     }
   }
+  if (o.virtual_local_rank && !use_gpus) {
+    // torchrun's: worker N sees the Nth inherited CUDA_VISIBLE_DEVICES entry, else device N
+    const auto inherited = env("CUDA_VISIBLE_DEVICES");
+    const auto listed = inherited ? text::split(*inherited, ',') : std::vector<std::string>{};
+    for (int lr = 0; lr < plan.nproc; ++lr) {
+      if (inherited && lr >= static_cast<int>(listed.size())) {
+        return error("--virtual_local_rank: local_rank " + std::to_string(lr) + " has no GPU in CUDA_VISIBLE_DEVICES=" +
+                     *inherited);
+      }
+      plan.cuda_visible_devices[lr] = inherited ? text::trim(listed[lr]) : std::to_string(lr);
+    }
+  }
   if (o.accelerate.launch) {
     const int cores = host.physical_cores > 0 ? host.physical_cores : physical_core_count(host.cpu_count);
     plan.group.variables = config::accelerate_variables(o, {host.env, current_directory(), plan.nproc, ngpus, cores});
@@ -181,19 +195,30 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
 
   // Where rank 0 listens (on several nodes, the rendezvous says), and who the job is.
   plan.group.master_addr = o.master_addr;
+  // torchrun 2.x: one node, the static backend and no port given anywhere is --standalone (a free
+  // port, a fresh run id), so that a taken 29500 stops no single-node job.
+  const bool auto_standalone = !o.standalone && !is_multi_node(o) && o.rdzv_backend == "static" &&
+                               o.rdzv_endpoint.empty() && o.source("master_port").kind == config::Source::Kind::default_;
+  const bool standalone = o.standalone || auto_standalone;
   if (!is_multi_node(o)) {
-    int port = o.standalone ? 0 : o.master_port;
+    int port = standalone ? 0 : o.master_port;
     auto reserved = host.reserve_port(o.master_addr, port);
     if (auto* why = std::get_if<std::string>(&reserved)) return error(*why);
     plan.group.master_port = std::get<int>(reserved);
   }
-  plan.group.run_id = (o.standalone && o.run_id == "none") ? random_id() : o.run_id;
+  plan.group.run_id = (standalone && o.run_id == "none") ? random_id() : o.run_id;
   plan.group.role = o.role;
   plan.group.local_world_size = plan.nproc;
   plan.group.world_size = plan.nproc;
   plan.group.max_restarts = o.max_restarts;
 
-  plan.prefix_template = env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or(kDefaultPrefixTemplate);
+  plan.prefix_template = o.log_line_prefix_template;
+  plan.stdout_filters = o.duplicate_stdout_filters;
+  plan.stderr_filters = o.duplicate_stderr_filters;
+  plan.group.virtual_local_rank = o.virtual_local_rank;
+  std::vector<std::string> signals;
+  for (int sig : o.signals_to_handle) signals.push_back(signal_name(sig));
+  plan.group.signals_to_handle = text::join(signals);
   plan.redirects = o.redirects;
   plan.tee = o.tee;
   plan.console_filter = o.local_ranks_filter;

@@ -43,6 +43,8 @@ struct LaunchPlan {
   GroupEnv group;                   ///< restart_count is filled in per attempt
   std::vector<std::optional<std::string>> cuda_visible_devices;  ///< per local rank
   std::string prefix_template;
+  /// Tee'd lines holding any of these also go to attempt_N/filtered_std{out,err}.log.
+  std::vector<std::string> stdout_filters, stderr_filters;
   config::StreamsSpec redirects;
   config::StreamsSpec tee;
   std::optional<std::set<int>> console_filter;

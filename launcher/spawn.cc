@@ -72,6 +72,8 @@ pid_t fork_into(int cgroup_fd, bool& placed) {
       _exit(127);
     }
   }
+  // As torchrun's Popen(close_fds=True): nothing dtlaunch inherited reaches the workers.
+  close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
   execve(spec.path.c_str(), argv, envp);
   const char* why = strerror(errno);
   const char* parts[] = {"dtlaunch: cannot execute ", spec.path.c_str(), ": ", why, "\n"};

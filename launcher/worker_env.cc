@@ -19,7 +19,7 @@ bool has(const EnvPairs& pairs, std::string_view name) {
 EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::EnvLookup& inherited) {
   const int rank = g.base_rank + slot.local_rank;
   EnvPairs env{
-      {"LOCAL_RANK", std::to_string(slot.local_rank)},
+      {"LOCAL_RANK", std::to_string(g.virtual_local_rank ? 0 : slot.local_rank)},
       {"RANK", std::to_string(rank)},
       {"GROUP_RANK", std::to_string(g.group_rank)},
       {"ROLE_RANK", std::to_string(rank)},
@@ -33,6 +33,7 @@ EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::Env
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(g.restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(g.max_restarts)},
       {"TORCHELASTIC_RUN_ID", g.run_id},
+      {"TORCHELASTIC_SIGNALS_TO_HANDLE", g.signals_to_handle},
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"TORCHELASTIC_ERROR_FILE", slot.error_file},
   };

@@ -26,6 +26,8 @@ struct GroupEnv {
   int restart_count = 0;
   int max_restarts = 0;
   std::string run_id = "none";
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  ///< TORCHELASTIC_SIGNALS_TO_HANDLE
+  bool virtual_local_rank = false;  ///< LOCAL_RANK=0 for every worker
   /// The config file's env: entries and accelerate's variables, as if inherited: torchrun's
   /// variables above win over them.
   EnvPairs variables;
