@@ -10,6 +10,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "base/posix.h"
+
 namespace dtl::launcher {
 namespace {
 
@@ -30,6 +32,7 @@ bool is_executable_file(const std::string& path) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  posix::restore_fd_limit_in_child();  // dtlaunch's raised limit is its own, not the worker's
   const int fds[3] = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
   for (int target = 0; target < 3; ++target) {
     if (fds[target] < 0) continue;
