@@ -30,10 +30,12 @@ Admission::Verdict Admission::arrive(NodeId id, const std::string& source, Clock
   const size_t mine = from(source);
   const auto stalled = [&](NodeId other) { return now - conns_.at(other).since >= limits_.stale; };
   if (mine >= limits_.per_source) {
+    if (mine == 0) return v;
     NodeId oldest = *by_source_.at(source).begin();
     if (!stalled(oldest)) return v;
     v.evicted = oldest;
   } else if (conns_.size() >= limits_.total) {
+    if (by_count_.empty()) return v;  // a limit of 0: none at all
     const auto& [most, address] = *by_count_.rbegin();
     if (most > mine + 1) {
       v.evicted = *by_source_.at(address).begin();

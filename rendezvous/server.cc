@@ -157,10 +157,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   /// connection, if there is one, and try again after a pause instead of spinning on the error.
   void out_of_descriptors(const boost::system::error_code& ec) {
     const auto now = Clock::now();
-    if (auto oldest = admission.oldest_stale(now)) {
-      ++stats.shed;
-      drop(conns.at(*oldest), Ending::shed, "closed: out of file descriptors");
-    }
+    if (auto oldest = admission.oldest_stale(now)) shed(*oldest, "closed: out of file descriptors");
     if (!warned_out_of_fds || now - *warned_out_of_fds >= opts.peer_log_interval) {
       warned_out_of_fds = now;
       spdlog::warn("rendezvous: cannot accept connections: {}; trying again every {} ms", ec.message(),
@@ -181,10 +178,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     const auto now = Clock::now();
     const std::string source = source_of(remote.address());
     auto verdict = admission.arrive(id, source, now);
-    if (verdict.evicted) {
-      ++stats.shed;
-      drop(conns.at(*verdict.evicted), Ending::shed, "closed to make room: it had not finished the handshake");
-    }
+    if (verdict.evicted) shed(*verdict.evicted, "closed to make room: it had not finished the handshake");
     if (!verdict.admitted) {
       ++stats.shed;
       sock.close(ec);
@@ -201,6 +195,17 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     c->last_heard = c->last_sent = now;
     conns[c->id] = c;
     read(c);
+  }
+
+  /// Closes an unauthenticated connection to make room (one being refused is closed without
+  /// another line: its refusal was counted).
+  void shed(NodeId id, const std::string& why) {
+    auto it = conns.find(id);
+    if (it == conns.end()) return admission.leave(id);
+    ++stats.shed;
+    auto c = it->second;
+    if (c->closing) return close(c);
+    drop(c, Ending::shed, why);
   }
 
   /// One line about a peer that has not proven the token: said now, or counted for the summary.
@@ -372,7 +377,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         auto it = self->conns.find(id);
         if (it == self->conns.end()) {
           self->admission.leave(id);
-        } else if (!it->second->closing) {
+        } else if (it->second->closing) {
+          self->close(it->second);  // its refusal could not be written in all that time
+        } else {
           self->drop(it->second, Ending::timed_out, "no handshake within " + std::to_string(deadline_ms.count()) + " ms");
         }
       }

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <vector>
+
 using dtl::rendezvous::printable;
 
 TEST_CASE("a peer's newline and escape sequence are escaped, so it can forge no log line and drive no terminal") {
@@ -33,4 +35,27 @@ TEST_CASE("long text is cut at the limit, never inside an escape or a character,
   CHECK(printable("ab\n", 3) == "ab... (3 bytes)");
   CHECK(printable("aé", 2) == "a... (3 bytes)");
   CHECK(printable("abc", 3) == "abc");
+}
+
+TEST_CASE("whatever the bytes, what printable gives has no control character, C1 control or invalid UTF-8") {
+  // Every byte pair, and each after a lead byte of a longer sequence: what a terminal could act on.
+  const auto clean = [](const std::string& s) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      const auto c = static_cast<unsigned char>(s[i]);
+      if (c < 0x20 || c == 0x7F) return false;
+      if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) < 0xA0) return false;
+    }
+    return true;
+  };
+  std::vector<std::string> unclean;
+  for (int a = 0; a < 256; ++a) {
+    for (int b = 0; b < 256; ++b) {
+      for (const char* lead : {"", "\xe2", "\xf0\x9f"}) {
+        const std::string in = std::string(lead) + static_cast<char>(a) + static_cast<char>(b);
+        const std::string out = printable(in);
+        if (!clean(out)) unclean.push_back(out);
+      }
+    }
+  }
+  CHECK(unclean.empty());
 }
