@@ -1,7 +1,5 @@
 // `dtlaunch rdzv-server`: the rendezvous on its own, for clusters where no training node should
 // host it. Agents reach it with --rdzv_endpoint and --rdzv_conf is_host=0.
-#include <sys/resource.h>
-
 #include <iostream>
 
 #include <boost/asio/io_context.hpp>
@@ -9,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/error.h"
+#include "base/posix.h"
 #include "commands/commands.h"
 #include "config/command_line.h"
 #include "launcher/rdzv_options.h"
@@ -64,12 +63,7 @@ std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args,
 
 /// Serves until the job is over, or a signal ends it; returns the job's exit code.
 int serve(const rendezvous::ServerOptions& opts) {
-  // One descriptor per node: thousands of nodes need more than the usual soft limit of 1024.
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &files);
-  }
+  posix::raise_fd_limit();  // one descriptor per node
   boost::asio::io_context io;
   try {
     rendezvous::Server server(io, opts);

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "base/posix.h"
+
 namespace dtl::launcher {
 namespace {
 
@@ -63,6 +65,7 @@ pid_t fork_into(int cgroup_fd, bool& placed) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  posix::restore_fd_limit_in_child();  // dtlaunch's raised limit is its own, not the worker's
   const int fds[3] = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
   for (int target = 0; target < 3; ++target) {
     if (fds[target] < 0) continue;
