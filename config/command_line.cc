@@ -406,8 +406,53 @@ std::string print_config(const std::vector<Resolved>& settings, const std::vecto
   return format_settings(header + "\n", lines, env);
 }
 
-/// Every setting, resolved and parsed into `options`, with the config file in effect; `launch`: after
-/// `dtlaunch launch`, with accelerate's meanings.
+/// Whose conventions the command line follows, from its first word: dtlaunch's (torchrun's), or
+/// accelerate launch's, torch.distributed.launch's or deepspeed's.
+enum class Convention { torchrun, accelerate, distributed_launch, deepspeed };
+
+Convention convention_of(const std::vector<std::string>& args) {
+  if (args.empty()) return Convention::torchrun;
+  if (args.front() == kLaunchWord) return Convention::accelerate;
+  if (args.front() == kDistributedLaunchWord) return Convention::distributed_launch;
+  if (args.front() == kDeepspeedWord) return Convention::deepspeed;
+  return Convention::torchrun;
+}
+
+/// torch.distributed.launch's and deepspeed's defaults where torchrun's differ: their scripts pick
+/// cuda:LOCAL_RANK, so every worker sees every GPU; deepspeed starts one worker per GPU.
+void convention_defaults(Convention c, std::vector<Resolved>& settings) {
+  if (c != Convention::distributed_launch && c != Convention::deepspeed) return;
+  const char* who = c == Convention::deepspeed ? "deepspeed" : "torch.distributed.launch";
+  Resolved& visibility = row(settings, Setting::gpu_visibility);
+  if (visibility.source.kind == Source::Kind::default_) {
+    visibility.text = "all";
+    visibility.source.note = std::string(who) + ": every worker sees every GPU";
+  }
+  Resolved& nproc = row(settings, Setting::nproc_per_node);
+  if (c == Convention::deepspeed && nproc.source.kind == Source::Kind::default_) {
+    nproc.source.note = "deepspeed: one per GPU when the machine has GPUs";
+  }
+}
+
+/// What the convention adds once every setting is parsed: the `--local-rank=N` argument and
+/// deepspeed's variables.
+std::optional<Error> take_convention(Convention c, LaunchOptions& o) {
+  if (c == Convention::distributed_launch && !o.use_env) {
+    if (o.no_python) {  // torch.distributed.launch's own rule: a program cannot be made to parse it
+      return Error{o.source("no_python").where + ": torch.distributed.launch passes --local-rank=N to the program, so "
+                   "--no_python needs --use_env (as torch.distributed.launch says)"};
+    }
+    o.local_rank_arg = LaunchOptions::LocalRankArg::torch_version;
+  }
+  if (c != Convention::deepspeed) return std::nullopt;
+  if (!o.no_local_rank) o.local_rank_arg = LaunchOptions::LocalRankArg::underscore;
+  o.deepspeed_variables = true;
+  if (o.source("nproc_per_node").kind == Source::Kind::default_) o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
+  return std::nullopt;
+}
+
+/// Every setting, resolved and parsed into `options`, with the config file in effect, by the
+/// command line's convention.
 struct Gathered {
   LaunchOptions options;
   std::vector<Resolved> settings;
@@ -415,7 +460,9 @@ struct Gathered {
   std::optional<ConfigFile> file;
 };
 
-std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env, const ReadFile& files, bool launch) {
+std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env, const ReadFile& files,
+                                     Convention convention) {
+  const bool launch = convention == Convention::accelerate;
   Gathered g;
   g.location = locate_config(cl.config_file(), env);
   auto loaded = load_config(g.location, files);
@@ -425,8 +472,10 @@ std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env
   for (size_t i = 0; i < flags().size(); ++i) g.settings.push_back(resolve(i, cl, env, in_effect));
   if (auto error = accelerate_spellings(cl, g.settings)) return *error;
   accelerate_defaults(launch, g.file && g.file->format == ConfigFile::Format::accelerate, g.settings);
+  convention_defaults(convention, g.settings);
   if (auto error = parse_settings(g.settings, g.options)) return *error;
   take_accelerate_facts(launch, in_effect, g.settings, g.options);
+  if (auto error = take_convention(convention, g.options)) return *error;
   if (g.file) g.options.config_file = g.file->path;
   return g;
 }
@@ -445,12 +494,14 @@ std::vector<OptionDoc> option_docs() { return CommandLine().docs(); }
 
 ParseResult parse_command_line(const std::vector<std::string>& all_args, const EnvLookup& env,
                                const ReadFile& files) {
-  // `dtlaunch launch ARGS` is `accelerate launch ARGS`: accelerate's meaning, and its workers' variables.
-  const bool launch = !all_args.empty() && all_args.front() == kLaunchWord;
-  const std::vector<std::string> args(all_args.begin() + (launch ? 1 : 0), all_args.end());
+  // `dtlaunch launch ARGS` is `accelerate launch ARGS`: accelerate's meaning, and its workers' variables;
+  // `dtlaunch torch.distributed.launch ARGS` and `dtlaunch deepspeed ARGS` likewise.
+  const Convention convention = convention_of(all_args);
+  const bool word = convention != Convention::torchrun;
+  const std::vector<std::string> args(all_args.begin() + (word ? 1 : 0), all_args.end());
   CommandLine cl(&args);
   if (auto answered = cl.parse(args)) return *answered;
-  auto gathered = gather(cl, env, files, launch);
+  auto gathered = gather(cl, env, files, convention);
   if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
   auto& [o, settings, location, file] = std::get<Gathered>(gathered);
   const ConfigFile* in_effect = file ? &*file : nullptr;
@@ -482,7 +533,7 @@ ParseResult parse_command_settings(const std::string& command, const std::string
   CommandLine cl(command, description, rows, defaults, own);
   if (auto answered = cl.parse(args)) return *answered;
   cl.own_values(own);
-  auto gathered = gather(cl, env, files, false);
+  auto gathered = gather(cl, env, files, Convention::torchrun);
   if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
   auto& g = std::get<Gathered>(gathered);
   ParseResult result;

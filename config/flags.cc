@@ -144,11 +144,12 @@ const std::vector<Flag> kFlags = {
      .help = "workers on this node: a count, `gpu` (visible GPUs; an error if none), `cpu` (CPUs in the affinity "
              "mask), `auto` (GPUs if any, else CPUs)",
      .choices = {"gpu", "cpu", "auto"},
-     .apply = [](const S& t, O& o) { o.nproc_per_node = parse_nproc(t); }, .accelerate_flag = "num_processes"},
+     .apply = [](const S& t, O& o) { o.nproc_per_node = parse_nproc(t); }, .accelerate_flag = "num_processes",
+     .aliases = {"num_gpus"}},
     {.id = Setting::nnodes, .name = "nnodes", .accelerate_key = "num_machines", .default_value = "1", .group = kNodes,
      .help = "number of nodes, N or MIN:MAX (elastic)",
      .apply = [](const S& t, O& o) { std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(t); },
-     .accelerate_flag = "num_machines"},
+     .accelerate_flag = "num_machines", .aliases = {"num_nodes"}},
     {.id = Setting::node_rank, .name = "node_rank", .accelerate_key = "machine_rank", .default_value = "0",
      .group = kNodes, .help = "rank of this node (static rendezvous)",
      .apply = [](const S& t, O& o) {  // its range against nnodes: check_rules
@@ -271,6 +272,14 @@ const std::vector<Flag> kFlags = {
     {.id = Setting::virtual_local_rank, .name = "virtual_local_rank", .type = Type::switch_, .group = kWorkers,
      .help = "`LOCAL_RANK=0` for every worker, which sees only its own GPU (as torchrun's)",
      .apply = [](const S& t, O& o) { o.virtual_local_rank = parse_bool(t); }},
+    {.id = Setting::use_env, .name = "use_env", .type = Type::switch_, .group = kWorkers,
+     .help = "after `dtlaunch torch.distributed.launch`: no `--local-rank=N` argument, the workers read `LOCAL_RANK` "
+             "(dtlaunch's and torchrun's way everywhere else)",
+     .apply = [](const S& t, O& o) { o.use_env = parse_bool(t); }},
+    {.id = Setting::no_local_rank, .name = "no_local_rank", .type = Type::switch_, .group = kWorkers,
+     .help = "after `dtlaunch deepspeed`: no `--local_rank=N` argument", .apply = [](const S& t, O& o) {
+       o.no_local_rank = parse_bool(t);
+     }},
     {.id = Setting::gpu_ids, .name = "gpu_ids", .accelerate_key = "gpu_ids", .type = Type::list, .default_shown = "all",
      .group = kGpus,
      .help = "use only these GPUs, as indices among the visible ones (`0,2`); after `dtlaunch launch` and in "
@@ -456,9 +465,15 @@ const Flag* find_flag(const std::string& name) {
 }
 
 std::vector<std::string> long_spellings(const Flag& f) {
-  std::string dashed = text::replace_all(f.name, "_", "-");
-  if (dashed == f.name) return {"--" + dashed};
-  return {std::string("--") + f.name, "--" + dashed};
+  std::vector<std::string> out;
+  std::vector<const char*> names{f.name};
+  names.insert(names.end(), f.aliases.begin(), f.aliases.end());
+  for (const char* name : names) {
+    std::string dashed = text::replace_all(name, "_", "-");
+    out.push_back(std::string("--") + name);
+    if (dashed != name) out.push_back("--" + dashed);
+  }
+  return out;
 }
 
 std::vector<std::string> variable_names(const Flag& f) {

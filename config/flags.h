@@ -19,7 +19,7 @@ enum class Setting {
   rdzv_id, rdzv_conf, local_addr, rdzv_token, rdzv_token_file, run_id, max_restarts, monitor_interval,
   start_method, role, no_python, module, run_path, log_dir, redirects, tee, local_ranks_filter,
   log_line_prefix_template, duplicate_stdout_filters, duplicate_stderr_filters, logs_specs, event_log_handler,
-  shutdown_timeout, signals_to_handle, job_cgroup, numa_binding, virtual_local_rank, gpu_ids, gpu_visibility, fake_gpus, mixed_precision, use_cpu, debug,
+  shutdown_timeout, signals_to_handle, job_cgroup, numa_binding, virtual_local_rank, use_env, no_local_rank, gpu_ids, gpu_visibility, fake_gpus, mixed_precision, use_cpu, debug,
   // accelerate launch's own settings (config/accelerate.h turns them into the workers' variables)
   same_network, multi_gpu, use_fsdp, use_deepspeed, num_cpu_threads_per_process, enable_cpu_affinity,
   main_training_function, downcast_bf16, quiet, dynamo_backend, dynamo_mode, dynamo_use_fullgraph, dynamo_use_dynamic,
@@ -66,6 +66,8 @@ struct Flag {
   bool accelerate_only = false;
   /// A secret: its variables are kept from the workers' environment.
   bool secret = false;
+  /// Other tools' names of the same setting with the same meaning (deepspeed's `num_gpus`).
+  std::vector<const char*> aliases = {};
 };
 
 /// The table, one row per Setting, in Setting order.

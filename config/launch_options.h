@@ -99,6 +99,16 @@ struct LaunchOptions {
   /// attempt_N/filtered_std{out,err}.log.
   std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
   bool virtual_local_rank = false;  ///< LOCAL_RANK=0 for every worker, which sees only its own GPU
+  /// The `--local-rank=N` argument that torch.distributed.launch (without --use_env) and deepspeed
+  /// (without --no_local_rank) put right after the script.
+  enum class LocalRankArg {
+    none,
+    torch_version,  ///< --local-rank=N, or --local_rank=N where the machine's torch is 1.x
+    underscore,     ///< --local_rank=N, deepspeed's
+  } local_rank_arg = LocalRankArg::none;
+  bool use_env = false;
+  bool no_local_rank = false;
+  bool deepspeed_variables = false;  ///< CROSS_RANK, CROSS_SIZE, LOCAL_SIZE, as deepspeed's launcher gives
   double shutdown_timeout_s = 30;
   std::vector<int> signals_to_handle;  ///< signal numbers
   bool job_cgroup = true;              ///< the workers in a cgroup v2 of their own, where one can be made

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include "base/posix.h"
 #include "config/accelerate.h"
 #include "config/text.h"
 #include "launcher/failure.h"
@@ -116,11 +117,34 @@ std::optional<Error> plan_command(const config::LaunchOptions& o, const config::
     if (o.module) plan.argv.push_back("-m");
     plan.argv.push_back(o.program);
   }
+  if (o.local_rank_arg != config::LaunchOptions::LocalRankArg::none) {
+    // torch.distributed.launch's spelling follows the torch the workers import: 2.x --local-rank.
+    bool underscore = o.local_rank_arg == config::LaunchOptions::LocalRankArg::underscore;
+    if (!underscore) {
+      const std::string python = env("PYTHON_EXEC").value_or("python3");
+      auto exe = host.find_program(python, path_env);
+      auto version = exe ? host.torch_version(*exe) : std::nullopt;
+      underscore = version && version->rfind("1.", 0) == 0;
+    }
+    plan.argv.push_back(underscore ? "--local_rank=${local_rank}" : "--local-rank=${local_rank}");
+  }
   plan.argv.insert(plan.argv.end(), o.program_args.begin(), o.program_args.end());
   return std::nullopt;
 }
 
 }  // namespace
+
+std::optional<std::string> installed_torch_version(const std::string& python) {
+  static const char* kScript =
+      "import importlib.util as u, os, re\n"
+      "s = u.find_spec('torch')\n"
+      "t = open(os.path.join(os.path.dirname(s.origin), 'version.py')).read() if s and s.origin else ''\n"
+      "m = re.search(r'^__version__[^=]*=\\s*[\\'\"]([^\\'\"]+)', t, re.M)\n"
+      "print(m.group(1) if m else '')\n";
+  auto out = posix::run_program({python, "-c", kScript}, std::chrono::seconds(10));
+  if (out.exit_code != 0 || out.lines.empty() || out.lines.front().empty()) return std::nullopt;
+  return out.lines.front();
+}
 
 std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
   LaunchPlan plan;
@@ -216,6 +240,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   plan.stdout_filters = o.duplicate_stdout_filters;
   plan.stderr_filters = o.duplicate_stderr_filters;
   plan.group.virtual_local_rank = o.virtual_local_rank;
+  plan.group.deepspeed_variables = o.deepspeed_variables;
   std::vector<std::string> signals;
   for (int sig : o.signals_to_handle) signals.push_back(signal_name(sig));
   plan.group.signals_to_handle = text::join(signals);

@@ -19,6 +19,9 @@
 
 namespace dtl::launcher {
 
+/// Asks `python` which torch it would import, without importing it (about 30 ms).
+std::optional<std::string> installed_torch_version(const std::string& python);
+
 struct HostFacts {
   GpuInventory gpus;
   int cpu_count = 1;
@@ -29,6 +32,8 @@ struct HostFacts {
   std::function<std::optional<std::string>(const std::string& name, const std::string& path_env)> find_program =
       find_executable;
   std::function<bool(const std::string& path)> exists = path_exists;
+  /// The torch version that the interpreter at `python` imports ("2.15.0+cu132"), or nullopt.
+  std::function<std::optional<std::string>(const std::string& python)> torch_version = installed_torch_version;
 };
 
 /// Distinct (package, core) pairs under /sys/devices/system/cpu, as psutil's cpu_count(logical=False);

@@ -37,6 +37,11 @@ EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::Env
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"TORCHELASTIC_ERROR_FILE", slot.error_file},
   };
+  if (g.deepspeed_variables) {
+    env.emplace_back("CROSS_RANK", std::to_string(g.group_rank));
+    env.emplace_back("CROSS_SIZE", std::to_string(g.group_world_size));
+    env.emplace_back("LOCAL_SIZE", std::to_string(g.local_world_size));
+  }
   auto is_set = [&](const std::string& name) { return has(g.variables, name) || inherited(name).has_value(); };
   if (!is_set("TORCH_NCCL_ASYNC_ERROR_HANDLING")) env.emplace_back("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (!is_set("OMP_NUM_THREADS")) env.emplace_back("OMP_NUM_THREADS", "1");

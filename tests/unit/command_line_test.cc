@@ -244,3 +244,18 @@ TEST_CASE("a command's settings are read as dtlaunch reads them, and the setting
   REQUIRE(bad.error);
   CHECK_THAT(bad.error->message, Catch::EndsWith("(see dtlaunch cmd --help)"));
 }
+
+TEST_CASE("torch.distributed.launch's word: --local-rank=N unless --use_env; deepspeed's: --local_rank=N and its variables") {
+  using Arg = LaunchOptions::LocalRankArg;
+  CHECK(ok({"t.py"}).local_rank_arg == Arg::none);
+  CHECK(ok({"torch.distributed.launch", "t.py"}).local_rank_arg == Arg::torch_version);
+  CHECK(ok({"torch.distributed.launch", "--use_env", "t.py"}).local_rank_arg == Arg::none);
+  CHECK(ok({"torch.distributed.launch", "t.py"}).gpu_visibility == GpuVisibility::all);
+  auto ds = ok({"deepspeed", "--num_gpus", "2", "--num_nodes=1", "t.py"});
+  CHECK(ds.local_rank_arg == Arg::underscore);
+  CHECK(ds.deepspeed_variables);
+  CHECK(ds.nproc_per_node.count == 2);
+  CHECK(ok({"deepspeed", "t.py"}).nproc_per_node.kind == NprocSpec::Kind::gpu_or_one);
+  CHECK(ok({"deepspeed", "--no_local_rank", "t.py"}).local_rank_arg == Arg::none);
+  CHECK_FALSE(ok({"--num_gpus=2", "t.py"}).deepspeed_variables);  // the alias alone changes nothing else
+}

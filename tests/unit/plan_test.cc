@@ -141,6 +141,24 @@ TEST_CASE("the workers learn which signals are forwarded, by torchrun's names") 
   CHECK(f.ok({"--signals_to_handle=usr1,SIGTERM", "--no_python", "true"}).group.signals_to_handle == "SIGUSR1,SIGTERM");
 }
 
+TEST_CASE("the --local-rank argument goes right after the script, spelled as the machine's torch does") {
+  Fixture f;
+  f.env["PYTHON_EXEC"] = "/bin/sh";  // an interpreter find_program finds; its torch is faked below
+  auto plan_with = [&](std::optional<std::string> version, std::vector<std::string> args) {
+    auto parsed = config::parse_command_line(args, f.lookup());
+    REQUIRE(parsed.options);
+    HostFacts host{f.gpus, 6, f.lookup(), [](const std::string&, int) -> rendezvous::PortResult { return 41000; }};
+    host.exists = [](const std::string&) { return true; };
+    host.torch_version = [version](const std::string&) { return version; };
+    return std::get<LaunchPlan>(make_plan(*parsed.options, host)).argv;
+  };
+  using V = std::vector<std::string>;
+  CHECK(plan_with("2.15.0", {"torch.distributed.launch", "t.py", "--x"}) == V{"/bin/sh", "-u", "t.py", "--local-rank=${local_rank}", "--x"});
+  CHECK(plan_with("1.13.0a0", {"torch.distributed.launch", "t.py"}) == V{"/bin/sh", "-u", "t.py", "--local_rank=${local_rank}"});
+  CHECK(plan_with(std::nullopt, {"torch.distributed.launch", "t.py"}) == V{"/bin/sh", "-u", "t.py", "--local-rank=${local_rank}"});
+  CHECK(plan_with("2.15.0", {"deepspeed", "t.py"}) == V{"/bin/sh", "-u", "t.py", "--local_rank=${local_rank}"});
+}
+
 TEST_CASE("local_rank is substituted in arguments only where written") {
   CHECK(substitute_local_rank({"a", "--x=${local_rank}", "${rank}"}, 3) ==
         std::vector<std::string>{"a", "--x=3", "${rank}"});
