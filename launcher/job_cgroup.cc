@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -58,6 +59,16 @@ bool populated(const std::string& path) {
     if (key == "populated") return value != "0";
   }
   return false;  // gone, or unreadable: nothing to wait for
+}
+
+/// rmdir of the cgroup and of the cgroups below it (a nested dtlaunch's, killed with this one), deepest
+/// first: a cgroup's files go with its directory, its sub-cgroups do not.
+bool remove_tree(const std::string& path) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+    if (entry.is_directory(ec) && !entry.is_symlink(ec)) remove_tree(entry.path().string());
+  }
+  return ::rmdir(path.c_str()) == 0 || errno == ENOENT;
 }
 
 }  // namespace
@@ -122,7 +133,7 @@ bool remove_cgroup(const std::string& path, std::chrono::milliseconds wait) {
   while (populated(path) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  return ::rmdir(path.c_str()) == 0 || errno == ENOENT;
+  return remove_tree(path);
 }
 
 }  // namespace dtl::launcher

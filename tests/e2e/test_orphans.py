@@ -3,6 +3,7 @@
 child in a process group of its own, one that ignores SIGTERM, and (with the job's cgroup) one in
 a session of its own. Twenty trials each: a race would show."""
 import os
+import shutil
 import signal
 
 from common import DTLAUNCH, LaunchTest, Running, main
@@ -21,6 +22,11 @@ wait
 """
 
 
+def cgroup2_mounts():
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if " - cgroup2 " in line]
+
+
 class Orphans(LaunchTest):
     def start_job(self, *flags, kinds="group"):
         tmpdir = os.path.join(self.tmp, "tmp")
@@ -32,14 +38,15 @@ class Orphans(LaunchTest):
         run.wait_for(r"^\[default\d\]:ready ", count=2)
         return run, tmpdir
 
-    def kill_and_check(self, run, tmpdir, whole_group):
+    def kill_and_check(self, run, tmpdir, whole_group, folders_left=0):
         if whole_group:
             os.killpg(run.proc.pid, signal.SIGKILL)
         else:
             run.proc.kill()
         run.proc.wait(timeout=10)
         self.assert_no_leftovers()  # the guard, a fork of dtlaunch, carries the tag and is waited for too
-        self.assertEqual(os.listdir(tmpdir), [], "the run's temporary folder was left behind")
+        self.assertEqual(len(os.listdir(tmpdir)), folders_left, "the run's temporary folder was left behind")
+        shutil.rmtree(tmpdir)
         run.finish()
 
     def trials(self, *flags, whole_group, kinds="group"):
@@ -69,14 +76,33 @@ class Orphans(LaunchTest):
     def test_without_a_cgroup_a_sigkill_of_dtlaunch_alone_leaves_nothing(self):
         self.trials("--job_cgroup=0", whole_group=False)
 
+    def test_a_dtlaunch_inside_a_dtlaunch_is_killed_and_its_cgroup_removed_with_the_outer_one(self):
+        self.require_job_cgroup()
+        mounts = cgroup2_mounts()
+        for trial in range(5):
+            with self.subTest(trial=trial):
+                tmpdir = os.path.join(self.tmp, "tmp")
+                os.makedirs(tmpdir, exist_ok=True)
+                inner = [DTLAUNCH, "--nproc_per_node=2", "--master_port=0", "--no_python", "/bin/bash", "-c",
+                         DESCENDANTS, "bash", "session"]
+                run = Running([DTLAUNCH, "--master_port=0", "--no_python", *inner], self.env(TMPDIR=tmpdir),
+                              start_new_session=True)
+                run.wait_for(r"^\[default0\]:\[default\d\]:ready ", count=2)
+                paths = {line.split("0::", 1)[1] for line in run.out.decode().splitlines() if "0::" in line}
+                self.assertTrue(all(p.count("/dtlaunch-") == 2 for p in paths), paths)  # nested
+                # the inner guard, in the outer job's cgroup, dies with it: its folder stays (README)
+                self.kill_and_check(run, tmpdir, whole_group=True, folders_left=1)
+                outer = {p.rsplit("/dtlaunch-", 1)[0] for p in paths}
+                self.assertFalse([m + p for m in mounts for p in outer if os.path.exists(m + p)],
+                                 "a job cgroup was left behind")
+
     def test_the_job_cgroup_is_removed_after_a_normal_run(self):
         r = self.launch("--master_port=0", "--no_python", "/bin/sh", "-c", "grep '^0::' /proc/self/cgroup")
         self.assertExitCode(r, 0)
         path = r.stdout.split("0::", 1)[1].strip()
         if "/dtlaunch-" not in path:
             self.skipTest("no job cgroup here")
-        with open("/proc/self/mountinfo") as f:
-            mounts = [line.split()[4] for line in f if " - cgroup2 " in line]
+        mounts = cgroup2_mounts()
         self.assertTrue(mounts)
         self.assertFalse(any(os.path.exists(m + path) for m in mounts), "the job's cgroup was left behind")
 
