@@ -113,7 +113,7 @@ class CommandLine : public TypedValues {
     } catch (const CLI::CallForVersion& e) {
       return answered(e.what());
     } catch (const CLI::ParseError& e) {
-      return failed(Error{std::string(e.what()) + " (see " + command_ + " --help)"});
+      return failed(Error{printable(e.what()) + " (see " + command_ + " --help)"});
     }
     if (help_markdown_) return answered(flags_markdown());
     return std::nullopt;
@@ -388,10 +388,10 @@ std::string print_config(const std::vector<Resolved>& settings, const std::vecto
   std::string header = "# dtlaunch settings in effect, and where each comes from "
                        "(flag > variable > config file > default)\n# config file: ";
   if (file) {
-    header += file->path + (file->format == ConfigFile::Format::accelerate ? " (accelerate's format)"
+    header += printable(file->path) + (file->format == ConfigFile::Format::accelerate ? " (accelerate's format)"
                                                                            : " (dtlaunch's format)");
   } else if (location) {
-    header += "none (" + location->path + " does not exist)";
+    header += "none (" + printable(location->path) + " does not exist)";
   } else {
     header += "none";
   }
@@ -510,7 +510,7 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   auto rest = cl.rest();
   if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
     if (auto why = refused_accelerate_flag(rest.front()); !why.empty()) return failed(Error{why});
-    return failed(Error{"unknown option " + rest.front() + " (see dtlaunch --help)"});
+    return failed(Error{"unknown option " + printable(rest.front()) + " (see dtlaunch --help)"});
   }
   ParseResult result;
   if (file) result.warnings = file->warnings;

@@ -17,14 +17,9 @@ using text::trim;
 
 /// Strict integer: the whole text, in [lo, hi].
 long parse_int(const std::string& text, long lo, long hi, const std::string& what) {
-  std::string t = trim(text);
-  char* end = nullptr;
-  errno = 0;
-  long v = t.empty() ? 0 : std::strtol(t.c_str(), &end, 10);
-  if (t.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
-    throw std::invalid_argument("expected " + what);
-  }
-  return v;
+  auto v = text::to_long(trim(text));
+  if (!v || *v < lo || *v > hi) throw std::invalid_argument("expected " + what);
+  return *v;
 }
 
 bool parse_bool(const std::string& text) {
@@ -50,10 +45,8 @@ std::string one_of(const std::string& text, const std::vector<std::string>& word
 }
 
 double seconds(const std::string& text) {
-  std::string t = trim(text);
-  char* end = nullptr;
-  double v = t.empty() ? -1 : std::strtod(t.c_str(), &end);
-  if (t.empty() || *end != '\0' || !(v >= 0) || v > 86400) throw std::invalid_argument("expected seconds >= 0");
+  double v = text::to_double(trim(text)).value_or(-1);
+  if (!(v >= 0) || v > 86400) throw std::invalid_argument("expected seconds >= 0");
   return v;
 }
 
@@ -115,9 +108,7 @@ std::string run_id(const S& t) {
 
 void number(const S& t) {
   std::string v = trim(t);
-  char* end = nullptr;
-  if (!v.empty()) std::strtod(v.c_str(), &end);
-  if (!v.empty() && *end != '\0') throw std::invalid_argument("expected a number");
+  if (!v.empty() && !text::to_double(v)) throw std::invalid_argument("expected a number");
 }
 
 // Each row names only the fields it sets; the others keep their defaults (GCC 12 warns of them).
@@ -577,17 +568,16 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
   RdzvConf conf;
   if (trim(text).empty()) return conf;
   auto seconds = [](const std::string& key, const std::string& v) {
-    char* end = nullptr;
-    double s = std::strtod(v.c_str(), &end);
+    double s = text::to_double(v).value_or(-1);
     // the timers count milliseconds: less than one would be a zero interval or timeout
-    if (v.empty() || *end != '\0' || !(s >= 0.001) || s > 1e7) {
-      throw std::invalid_argument(key + " expects seconds >= 0.001 (got '" + v + "')");
+    if (!(s >= 0.001) || s > 1e7) {
+      throw std::invalid_argument(key + " expects seconds >= 0.001 (got '" + printable(v) + "')");
     }
     return s;
   };
   for (const auto& item : split(text, ',')) {
     auto eq = item.find('=');
-    if (eq == std::string::npos) throw std::invalid_argument("'" + item + "' is not key=value");
+    if (eq == std::string::npos) throw std::invalid_argument("'" + printable(item) + "' is not key=value");
     std::string key = trim(item.substr(0, eq)), v = trim(item.substr(eq + 1));
     if (key == "join_timeout" || key == "timeout") {
       conf.join_timeout_s = seconds(key, v);
@@ -606,7 +596,7 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
     } else if (key == "read_timeout") {
       seconds(key, v);  // torchrun's store read timeout: dtlaunch's reads are event-driven
     } else {
-      throw std::invalid_argument("unknown key '" + key +
+      throw std::invalid_argument("unknown key '" + printable(key) +
                                   "' (known: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
                                   "keep_alive_max_attempt, heartbeat_timeout, is_host, read_timeout)");
     }
@@ -627,7 +617,7 @@ std::vector<int> parse_signal_list(const std::string& text) {
       if (name == n) found = s;
     }
     if (!found) {
-      throw std::invalid_argument("unknown signal '" + item +
+      throw std::invalid_argument("unknown signal '" + printable(item) +
                                   "' (use SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU)");
     }
     sigs.push_back(found);

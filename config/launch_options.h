@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+
 namespace dtl::config {
 
 /// `--nproc_per_node`: a count, or a word resolved against the machine.
@@ -55,8 +57,8 @@ struct Source {
 
   /// "--where=value" for a flag or the default, else "name=value (from where[ (note)])".
   std::string describe(const std::string& name, const std::string& value) const {
-    if (kind == Kind::flag || kind == Kind::default_) return where + "=" + value;
-    return name + "=" + value + " (from " + where + (note.empty() ? "" : " (" + note + ")") + ")";
+    if (kind == Kind::flag || kind == Kind::default_) return where + "=" + printable(value);
+    return name + "=" + printable(value) + " (from " + where + (note.empty() ? "" : " (" + note + ")") + ")";
   }
 };
 
