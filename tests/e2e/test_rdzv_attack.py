@@ -265,7 +265,7 @@ class RendezvousUnderAttack(LaunchTest):
         with socket.create_connection(("127.0.0.1", self.port)) as s:
             s.sendall(hello("x\ndtlaunch: info: forged\x1b[2J"))
             told = read_refusal(s)
-        self.assertEqual(told, "run id 'x\\ndtlaunch: info: forged\\e[2J' does not match the job's run id")
+        self.assertEqual(told, "run id 'x\\ndtlaunch: info: forged\\x1b[2J' does not match the job's run id")
         with socket.create_connection(("127.0.0.1", self.port)) as s:
             s.sendall(hello("job42"))
             self.assertEqual(read_frame(s)[1], 2)  # a challenge
@@ -276,7 +276,7 @@ class RendezvousUnderAttack(LaunchTest):
         self.assertExitCode(r, 1)
         self.assertNotIn("\ndtlaunch: info: forged", r.stderr)
         self.assertNotIn("\x1b", r.stderr)
-        self.assertIn("rendezvous: refused 127.0.0.1: run id 'x\\ndtlaunch: info: forged\\e[2J' does not match the "
+        self.assertIn("rendezvous: refused 127.0.0.1: run id 'x\\ndtlaunch: info: forged\\x1b[2J' does not match the "
                       "job's 'job42'", r.stderr)
 
     def test_a_flood_of_refused_peers_is_summed_up_instead_of_a_line_each(self):

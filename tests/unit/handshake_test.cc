@@ -98,9 +98,9 @@ TEST_CASE("a hello with another run id is refused without the job's run id, whic
 
 TEST_CASE("a run id that would forge a log line or drive the terminal is escaped in the refusal and the log") {
   Meeting m = meet(with_token("s3cret", "x\ndtlaunch: info: forged\x1b[2J"), with_token("s3cret"));
-  CHECK(m.challenge.refused == "run id 'x\\ndtlaunch: info: forged\\e[2J' does not match the job's 'job42'");
+  CHECK(m.challenge.refused == "run id 'x\\ndtlaunch: info: forged\\x1b[2J' does not match the job's 'job42'");
   CHECK(only<Refused>(m.challenge.send).reason ==
-        "run id 'x\\ndtlaunch: info: forged\\e[2J' does not match the job's run id");
+        "run id 'x\\ndtlaunch: info: forged\\x1b[2J' does not match the job's run id");
 }
 
 TEST_CASE("what a peer that has not proven the token is told names neither the job's run id nor the token's source") {
@@ -225,7 +225,7 @@ TEST_CASE("a refusal ends the client in any phase; once joined, the session's me
     CHECK(step.send.empty());
   }
   // Whoever answered (the server's proof is not checked yet) cannot write into this node's console.
-  CHECK(client_step(with_token("s3cret"), hello.next, Refused{"no\n\x1b[2J"}, sample_join()).refused == "no\\n\\e[2J");
+  CHECK(client_step(with_token("s3cret"), hello.next, Refused{"no\n\x1b[2J"}, sample_join()).refused == "no\\n\\x1b[2J");
   // A second challenge would make a naive client join twice.
   step = client_step(with_token("s3cret"), joined, Challenge{filled(2), {}}, sample_join());
   CHECK(step.failed == "unexpected challenge from the rendezvous server");

@@ -7,7 +7,7 @@
 using dtl::rendezvous::printable;
 
 TEST_CASE("a peer's newline and escape sequence are escaped, so it can forge no log line and drive no terminal") {
-  CHECK(printable("x\ndtlaunch: info: forged\x1b[2J\r") == "x\\ndtlaunch: info: forged\\e[2J\\r");
+  CHECK(printable("x\ndtlaunch: info: forged\x1b[2J\r") == "x\\ndtlaunch: info: forged\\x1b[2J\\r");
   CHECK(printable("a\tb\x7f") == "a\\tb\\x7f");
   CHECK(printable(std::string("a\0b", 3)) == "a\\x00b");
 }
