@@ -139,6 +139,10 @@ const std::vector<Flag> kFlags = {
              "anything starts",
      .apply = [](const S& t, O& o) { o.master_port = static_cast<int>(parse_int(t, 0, 65535, "a port in 0..65535")); },
      .accelerate_flag = "main_process_port"},
+    {.id = Setting::agent_store, .name = "agent_store", .default_value = "true", .group = kNodes,
+     .help = "the agent serves the workers' c10d store on `--master_port` (the rendezvous port with `c10d`) and "
+             "workers get `TORCHELASTIC_USE_AGENT_STORE=True`, as torchrun 2.x; `false`: worker rank 0 hosts it",
+     .choices = {"true", "false"}, .apply = [](const S& t, O& o) { o.agent_store = parse_bool(t); }},
     {.id = Setting::standalone, .name = "standalone", .type = Type::switch_, .group = kNodes,
      .help = "single node: a free port for rank 0 and a random run id",
      .apply = [](const S& t, O& o) { o.standalone = parse_bool(t); }},

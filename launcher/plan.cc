@@ -181,6 +181,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
 
   // Where rank 0 listens (on several nodes, the rendezvous says), and who the job is.
   plan.group.master_addr = o.master_addr;
+  plan.group.agent_store = o.agent_store;
   if (!is_multi_node(o)) {
     int port = o.standalone ? 0 : o.master_port;
     auto reserved = host.reserve_port(o.master_addr, port);

@@ -32,7 +32,7 @@ EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::Env
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(g.restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(g.max_restarts)},
       {"TORCHELASTIC_RUN_ID", g.run_id},
-      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_USE_AGENT_STORE", g.agent_store ? "True" : "False"},
       {"TORCHELASTIC_ERROR_FILE", slot.error_file},
   };
   auto is_set = [&](const std::string& name) { return has(g.variables, name) || inherited(name).has_value(); };

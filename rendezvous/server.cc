@@ -1,5 +1,6 @@
 #include "rendezvous/server.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <optional>
@@ -28,6 +29,7 @@ struct Conn {
   bool closing = false;  ///< nothing more is read; the socket closes once the queue is written
   FrameDecoder decoder;
   std::array<uint8_t, 2048> buf;
+  std::optional<Bytes> first;  ///< with a shared port: the bytes read until they say whose they are
   std::deque<Bytes> out;
   bool writing = false;
   std::string peer;
@@ -117,6 +119,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     auto remote = c->sock.remote_endpoint(ec);
     c->peer = ec ? "?" : remote.address().to_string();
     c->connected = c->last_heard = c->last_sent = Clock::now();
+    if (opts.shared_port) c->first.emplace();
     conns[c->id] = c;
     read(c);
   }
@@ -130,8 +133,18 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         return;
       }
       c->last_heard = Clock::now();
+      const uint8_t* data = c->buf.data();
+      if (const auto& shared = self->opts.shared_port; shared && c->first) {
+        c->first->insert(c->first->end(), data, data + n);
+        auto theirs = shared->claims(c->first->data(), c->first->size());
+        if (!theirs) return self->read(c);
+        if (*theirs) return self->hand_over(c);
+        data = c->first->data();
+        n = c->first->size();
+      }
       std::vector<Message> msgs;
-      auto err = c->decoder.feed(c->buf.data(), n, msgs);
+      auto err = c->decoder.feed(data, n, msgs);
+      c->first.reset();
       for (auto& m : msgs) {
         if (c->closing || !self->conns.count(c->id)) return;
         ++c->frames;
@@ -181,6 +194,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (conns.empty() && on_empty) std::exchange(on_empty, nullptr)();
   }
 
+  /// A connection of the protocol sharing the port leaves the rendezvous, socket open.
+  void hand_over(const std::shared_ptr<Conn>& c) {
+    c->closing = true;
+    conns.erase(c->id);
+    opts.shared_port->take(std::move(c->sock), std::move(*c->first));
+    if (conns.empty() && on_empty) std::exchange(on_empty, nullptr)();
+  }
+
   /// Stop talking to a peer: what it was in the round is lost.
   void drop(const std::shared_ptr<Conn>& c, const std::string& why) {
     if (!conns.count(c->id)) return;
@@ -226,6 +247,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   void apply(RoundState::Actions a) {
     for (const auto& line : a.log) spdlog::info("rendezvous: {}", line);
+    if (opts.on_round && std::any_of(a.send.begin(), a.send.end(),
+                                     [](const auto& s) { return std::holds_alternative<Round>(s.second); })) {
+      opts.on_round();
+    }
     for (auto& [id, msg] : a.send) {
       auto it = conns.find(id);
       if (it != conns.end()) send(it->second, encode(msg));

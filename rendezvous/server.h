@@ -6,10 +6,12 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 
 #include "rendezvous/handshake.h"
 #include "rendezvous/round.h"
@@ -24,6 +26,16 @@ struct ServerOptions {
   Liveness liveness;
   std::chrono::milliseconds handshake_timeout{10000};
   int max_frames_per_interval = 1000;
+  /// Another protocol on this port (the workers' c10d store): `claims` looks at a connection's first
+  /// bytes and says whether they are the other protocol's (nullopt: it needs more); such a
+  /// connection goes to `take` with the bytes read so far, and the rendezvous forgets it.
+  struct SharedPort {
+    std::function<std::optional<bool>(const uint8_t* data, size_t size)> claims;
+    std::function<void(boost::asio::ip::tcp::socket, std::vector<uint8_t>)> take;
+  };
+  std::optional<SharedPort> shared_port;
+  /// Called as a round completes, before any node hears of it: a new worker group is to start.
+  std::function<void()> on_round;
 };
 
 /// The rendezvous port is taken (by another agent on this machine, often).
