@@ -12,6 +12,8 @@
 #include "commands/commands.h"
 #include "config/command_line.h"
 #include "launcher/rdzv_options.h"
+#include "launcher/shared_port.h"
+#include "store/server.h"
 
 namespace dtl::commands {
 namespace {
@@ -63,7 +65,7 @@ std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args,
 }
 
 /// Serves until the job is over, or a signal ends it; returns the job's exit code.
-int serve(const rendezvous::ServerOptions& opts) {
+int serve(rendezvous::ServerOptions opts) {
   // One descriptor per node: thousands of nodes need more than the usual soft limit of 1024.
   rlimit files{};
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
@@ -71,6 +73,9 @@ int serve(const rendezvous::ServerOptions& opts) {
     setrlimit(RLIMIT_NOFILE, &files);
   }
   boost::asio::io_context io;
+  // The agents' workers find their c10d store at the rendezvous endpoint (--agent_store, the default).
+  store::Server store(io);
+  launcher::share_port_with_store(opts, store);
   try {
     rendezvous::Server server(io, opts);
     spdlog::info("rendezvous for job '{}' listening on {}:{}", opts.credentials.run_id,

@@ -54,11 +54,10 @@ AgentState::Actions AgentState::on_round(const rdzv::Round& r) {
   round_ = r;
   phase_ = Phase::running;
   GroupEnv env = round_env(config_.group, r, config_);
-  a.push_back(Log{Level::info, fmt::format("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}{}, restart {}",
+  a.push_back(Log{Level::info, fmt::format("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart {}",
                                            r.round, r.group_rank, r.group_world_size, r.base_rank,
                                            r.base_rank + config_.nproc - 1, r.world_size, env.master_addr,
-                                           env.master_port, env.agent_store ? " (agent store)" : "",
-                                           r.restart_count)});
+                                           env.master_port, r.restart_count)});
   a.push_back(StartGroup{std::move(env)});
   return a;
 }

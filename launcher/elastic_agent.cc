@@ -14,6 +14,7 @@
 #include "launcher/group_signals.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/ports.h"
+#include "launcher/shared_port.h"
 #include "store/server.h"
 
 namespace dtl::launcher {
@@ -78,7 +79,10 @@ class ElasticAgent final : public Runner {
   /// Starts the rendezvous server this node hosts; throws ErrorException when that is bad input
   /// (nothing has started yet).
   void host_rendezvous() {
-    if (plan.group.agent_store) share_port_with_store();
+    if (plan.group.agent_store) {
+      store = std::make_unique<store::Server>(io);
+      share_port_with_store(*opts.server, *store);
+    }
     try {
       server = std::make_unique<rdzv::Server>(io, *opts.server);
       spdlog::info("hosting the rendezvous on {}:{}", opts.server->host, server->port());
@@ -96,20 +100,6 @@ class ElasticAgent final : public Runner {
       // an address that does not resolve or is not this machine's: bad input, nothing started
       throw ErrorException(Error{e.what(), 2});
     }
-  }
-
-  /// The workers' c10d store shares the rendezvous's port (torchrun 2.x's agent store): its clients
-  /// are told apart by their first bytes. A new round is a new worker group, on an empty store.
-  void share_port_with_store() {
-    store = std::make_unique<store::Server>(io);
-    opts.server->shared_port = rdzv::ServerOptions::SharedPort{
-        [](const uint8_t* data, size_t size) -> std::optional<bool> {
-          auto v = store::classify(data, size);
-          if (v == store::Verdict::need_more) return std::nullopt;
-          return v == store::Verdict::store;
-        },
-        [this](asio::ip::tcp::socket sock, std::vector<uint8_t> first) { store->adopt(std::move(sock), std::move(first)); }};
-    opts.server->on_round = [this] { store->reset(); };
   }
 
   void apply(const AgentState::Actions& actions) {

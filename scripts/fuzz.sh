@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Builds the rendezvous protocol's libFuzzer targets with clang (ASan + UBSan) in build-fuzz/ and
 # runs one for a bounded time: scripts/fuzz.sh [SECONDS] [TARGET] (default 60 s of
-# frame_decoder_fuzz; message_encoder_fuzz checks encode's cutting of oversized messages). Exits
+# frame_decoder_fuzz; message_encoder_fuzz checks encode's cutting of oversized messages;
+# store_decoder_fuzz the c10d store's request decoder). Exits
 # non-zero on a finding, leaving the input as build-fuzz/crash-* (replay: build-fuzz/tests/fuzz/TARGET FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 target="${2:-frame_decoder_fuzz}"
-usage="usage: scripts/fuzz.sh [SECONDS] [frame_decoder_fuzz|message_encoder_fuzz]"
+usage="usage: scripts/fuzz.sh [SECONDS] [frame_decoder_fuzz|message_encoder_fuzz|store_decoder_fuzz]"
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "$usage" >&2; exit 2; }
 case "$target" in
   frame_decoder_fuzz) corpus=(tests/fuzz/corpus tests/fuzz/seeds) ;;
   message_encoder_fuzz) corpus=(tests/fuzz/corpus_encoder) ;;
+  store_decoder_fuzz) corpus=(tests/fuzz/corpus_store) ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 

@@ -126,6 +126,22 @@ class AgentStoreWithTorch(LaunchTest):
         for rank in range(4):
             self.assertIn(f"rank {rank} attempt 0 sum 10 port {port} agent_store True", out)
 
+    def test_a_standalone_rdzv_server_serves_the_store_of_agents_that_do_not_host(self):
+        label, python = PYTHONS[-1]
+        port = free_port()
+        server = self.start("rdzv-server", "--host=127.0.0.1", f"--port={port}", "--nnodes=2", "--rdzv_id=job")
+        server.wait_for("listening on 127.0.0.1", stream="err")
+        env = self.env(PYTHON_EXEC=python)
+        nodes = [self.start("--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=job",
+                            "--rdzv_conf=is_host=0", "--nproc_per_node=2", self.script(), env=env) for _ in range(2)]
+        results = [n.finish(timeout=240) for n in nodes]
+        for r in results:
+            self.assertExitCode(r, 0)
+        out = results[0].stdout + results[1].stdout
+        for rank in range(4):
+            self.assertIn(f"rank {rank} attempt 0 sum 10 port {port} agent_store True", out)
+        self.assertExitCode(server.finish(), 0)
+
     def test_hostile_clients_on_the_shared_port_leave_a_running_job_alone(self):
         label, python = PYTHONS[-1]
         port = free_port()

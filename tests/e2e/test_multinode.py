@@ -153,9 +153,10 @@ class MultiNode(LaunchTest):
         before = nodes[0].err.decode()
         self.assertNotIn("lost", before)
         self.assertNotIn("stopping", before)
-        for reason in ("unknown message type 99", "frame body of 4294967295 bytes exceeds the 65536-byte limit",
-                       "frame body of 1195725856 bytes exceeds the 65536-byte limit"):
-            self.assertIn(f"rendezvous: dropped 127.0.0.1 before it joined: bad frame: {reason}", before)
+        self.assertIn("rendezvous: dropped 127.0.0.1 before it joined: bad frame: unknown message type 99", before)
+        # the port is shared with the workers' store: bytes no rendezvous frame starts with are its
+        for code in (255, 71):
+            self.assertIn(f"store: dropped 127.0.0.1: not torch's store protocol: unknown query type {code}", before)
         for n in nodes:
             n.proc.send_signal(signal.SIGTERM)
         r0 = nodes[0].finish()

@@ -312,7 +312,7 @@ TEST_CASE("with the agent store the workers' master is the rendezvous endpoint, 
   CHECK(start->env.master_addr == "rdzv.example");
   CHECK(start->env.master_port == 29400);
   CHECK(start->env.agent_store);
-  CHECK(words(actions)[1] == "info: round 1: node 1 of 2, ranks 2..3 of 4, master rdzv.example:29400 (agent store), restart 0");
+  CHECK(words(actions)[1] == "info: round 1: node 1 of 2, ranks 2..3 of 4, master rdzv.example:29400, restart 0");
 }
 
 TEST_CASE("without the agent store the workers' master is the round's") {
