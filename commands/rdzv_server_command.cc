@@ -1,5 +1,6 @@
 // `dtlaunch rdzv-server`: the rendezvous on its own, for clusters where no training node should
-// host it. Agents reach it with --rdzv_endpoint and --rdzv_conf is_host=0.
+// host it. Agents reach it with --rdzv_endpoint and --rdzv_conf is_host=0. It also serves the
+// workers' c10d store on the same port (the agents' default --agent_store sends their workers there).
 #include <sys/resource.h>
 
 #include <iostream>
