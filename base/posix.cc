@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -157,6 +158,31 @@ std::string host_name() {
   char name[256] = "localhost";
   gethostname(name, sizeof name - 1);
   return name;
+}
+
+namespace {
+// The soft limit before raise_fd_limit raised it, for the children: process state, as the limit is.
+rlimit original_fd_limit{};
+bool fd_limit_raised = false;
+}  // namespace
+
+uint64_t raise_fd_limit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0) return 1024;
+  if (files.rlim_cur < files.rlim_max) {
+    rlimit raised = files;
+    raised.rlim_cur = files.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      if (!fd_limit_raised) original_fd_limit = files;
+      fd_limit_raised = true;
+      files = raised;
+    }
+  }
+  return files.rlim_cur == RLIM_INFINITY ? UINT64_MAX : files.rlim_cur;
+}
+
+void restore_fd_limit_in_child() {
+  if (fd_limit_raised) setrlimit(RLIMIT_NOFILE, &original_fd_limit);
 }
 
 }  // namespace dtl::posix

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
@@ -81,5 +82,14 @@ int online_cpu_count();
 
 /// The name this machine goes by, as failure summaries and the rendezvous show it.
 std::string host_name();
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit, once per process: a rendezvous server needs a
+/// descriptor per node, more than the usual soft limit of 1024. Returns the soft limit now.
+uint64_t raise_fd_limit();
+
+/// In a child between fork and exec (async-signal-safe): puts back the soft limit the process had
+/// before raise_fd_limit, so that programs dtlaunch starts get the limit they would have had (one
+/// that select() can live with). Does nothing if it was never raised.
+void restore_fd_limit_in_child();
 
 }  // namespace dtl::posix

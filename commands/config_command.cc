@@ -66,14 +66,14 @@ std::variant<ConfigArgs, std::string> parse_args(const std::vector<std::string>&
       out.action = "help";
       return out;
     } else if (a.size() > 1 && a[0] == '-') {
-      return "unknown option " + a + " (see dtlaunch config --help)";
+      return "unknown option " + printable(a) + " (see dtlaunch config --help)";
     } else if (!positional_seen && (a == "default" || a == "show" || a == "validate")) {
       out.action = a;
       positional_seen = true;
     } else if (out.action == "validate" && !out.file) {
       out.file = a;
     } else {
-      return "unexpected argument '" + a + "' (see dtlaunch config --help)";
+      return "unexpected argument '" + printable(a) + "' (see dtlaunch config --help)";
     }
   }
   return out;
@@ -104,7 +104,7 @@ std::variant<config::MachineFacts, std::string> machine_facts(const ConfigArgs& 
   try {
     if (fake) row.apply(*fake, parsed);
   } catch (const std::invalid_argument& e) {
-    return from + ": " + e.what() + " (got '" + *fake + "')";
+    return from + ": " + e.what() + " (got '" + printable(*fake) + "')";
   }
   const std::optional<int> count = parsed.fake_gpus;
   auto inventory = launcher::discover_gpus(count);
@@ -129,7 +129,7 @@ std::string check_loads_back(const std::string& path, const std::string& text) {
 int write_config(const std::string& path, const std::string& text, std::ostream& out) {
   if (auto why = check_loads_back(path, text); !why.empty()) return fail("config: the file would not load back: " + why, 1);
   if (auto why = config::write_file_atomically(path, text); !why.empty()) {
-    return fail("config: cannot write " + path + ": " + why, 1);
+    return fail("config: cannot write " + printable(path) + ": " + why, 1);
   }
   out << "\nWrote " << path << ":\n\n" << text << "\n`dtlaunch --print_config` shows the settings in effect.\n";
   return 0;
@@ -168,7 +168,7 @@ int run_wizard_command(const ConfigArgs& a, const config::EnvLookup& env, const 
 }
 
 int run_default(const ConfigArgs& a, const config::EnvLookup& env, const std::string& path) {
-  if (exists(path) && !a.force) return fail("config default: " + path + " already exists (--force overwrites it)");
+  if (exists(path) && !a.force) return fail("config default: " + printable(path) + " already exists (--force overwrites it)");
   auto facts = machine_facts(a, env);
   if (auto* why = std::get_if<std::string>(&facts)) return fail(*why);
   auto answers = config::default_answers(std::get<config::MachineFacts>(facts));
@@ -189,7 +189,7 @@ int run_show(const ConfigArgs& a, const config::EnvLookup& env) {
     return 1;
   }
   if (read.status != config::FileRead::Status::ok) {
-    return fail("config show: cannot read '" + where->path + "': " + read.text, 1);
+    return fail("config show: cannot read '" + printable(where->path) + "': " + read.text, 1);
   }
   std::cout << "# " << where->path << "\n" << read.text << (read.text.ends_with('\n') || read.text.empty() ? "" : "\n");
   return 0;
@@ -199,7 +199,7 @@ int run_validate(const ConfigArgs& a) {
   if (!a.file || a.file->empty()) return fail("config validate: which file? (usage: dtlaunch config validate FILE)");
   // Read here first, so that a missing file is named as the user gave it (not as --config_file).
   if (auto read = config::disk_files()(*a.file); read.status != config::FileRead::Status::ok) {
-    return fail("config validate: cannot read '" + *a.file + "': " + read.text);
+    return fail("config validate: cannot read '" + printable(*a.file) + "': " + read.text);
   }
   // The file alone: no flags and no variables take part.
   auto r = config::parse_command_line({"--config_file", *a.file, "--print_config"},

@@ -1,8 +1,6 @@
 // `dtlaunch rdzv-server`: the rendezvous on its own, for clusters where no training node should
 // host it. Agents reach it with --rdzv_endpoint and --rdzv_conf is_host=0. It also serves the
 // workers' c10d store on the same port (the agents' default --agent_store sends their workers there).
-#include <sys/resource.h>
-
 #include <iostream>
 
 #include <boost/asio/io_context.hpp>
@@ -10,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/error.h"
+#include "base/posix.h"
 #include "commands/commands.h"
 #include "config/command_line.h"
 #include "launcher/rdzv_options.h"
@@ -67,12 +66,7 @@ std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args,
 
 /// Serves until the job is over, or a signal ends it; returns the job's exit code.
 int serve(rendezvous::ServerOptions opts) {
-  // One descriptor per node: thousands of nodes need more than the usual soft limit of 1024.
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &files);
-  }
+  posix::raise_fd_limit();  // one descriptor per node
   boost::asio::io_context io;
   // The agents' workers find their c10d store at the rendezvous endpoint (--agent_store, the default).
   store::Server store(io);

@@ -72,9 +72,24 @@ ConsoleTerminal::~ConsoleTerminal() {
 
 void ConsoleTerminal::write(const std::string& text) { posix::write_all(out_, text); }
 
-ConsoleTerminal::Key ConsoleTerminal::read_key(std::string& text) {
-  unsigned char c = 0;
-  if (posix::read_some(in_, &c, 1) <= 0) return Key::eof;
+KeyDecoder::Key KeyDecoder::feed(unsigned char c, std::string& text) {
+  if (state_ == State::escape) {
+    if (c == '[' || c == 'O') {
+      state_ = State::csi;
+      length_ = 0;
+      return Key::none;
+    }
+    state_ = State::ground;
+    if (c >= 0x20 && c != 0x7f) return Key::other;  // Alt and a key
+  } else if (state_ == State::csi) {
+    if (c >= 0x40 && c <= 0x7e) {
+      state_ = State::ground;
+      return c == 'A' ? Key::up : c == 'B' ? Key::down : Key::other;
+    }
+    if (c >= 0x20 && c < 0x40 && ++length_ <= 16) return Key::none;  // parameters, as in ESC [ 1 ; 5 A
+    state_ = State::ground;
+    if (c >= 0x20 && c != 0x7f && c < 0x80) return Key::other;  // a sequence too long to be one
+  }
   switch (c) {
     case 3: return Key::interrupt;
     case 4: return Key::eof;
@@ -83,22 +98,28 @@ ConsoleTerminal::Key ConsoleTerminal::read_key(std::string& text) {
     case 8:
     case 127: return Key::backspace;
     case 21: return Key::erase_line;
-    case 27: {
-      // An escape sequence arrives at once; a lone Escape key is followed by nothing.
-      pollfd p{in_, POLLIN, 0};
-      if (poll(&p, 1, 50) <= 0) return Key::other;
-      unsigned char b = 0;
-      if (posix::read_some(in_, &b, 1) != 1 || (b != '[' && b != 'O')) return Key::other;
-      unsigned char f = 0;
-      do {
-        if (posix::read_some(in_, &f, 1) != 1) return Key::other;
-      } while (f < 0x40 || f > 0x7E);
-      return f == 'A' ? Key::up : f == 'B' ? Key::down : Key::other;
-    }
+    case 27: state_ = State::escape; return Key::none;
     default:
       if (c < 32) return Key::other;
       text = std::string(1, static_cast<char>(c));
       return Key::text;
+  }
+}
+
+KeyDecoder::Key KeyDecoder::timeout() {
+  if (state_ == State::ground) return Key::none;
+  state_ = State::ground;
+  return Key::other;
+}
+
+ConsoleTerminal::Key ConsoleTerminal::read_key(std::string& text) {
+  while (true) {
+    // The bytes of an escape sequence arrive at once; a lone Escape key (or Alt+[) is followed by nothing.
+    pollfd p{in_, POLLIN, 0};
+    if (keys_.in_sequence() && poll(&p, 1, 50) <= 0) return keys_.timeout();
+    unsigned char c = 0;
+    if (posix::read_some(in_, &c, 1) <= 0) return Key::eof;
+    if (Key key = keys_.feed(c, text); key != Key::none) return key;
   }
 }
 

@@ -11,7 +11,7 @@ namespace {
 
 /// "--nproc_per_node=4 and --num_processes=6 disagree (...); give one of them".
 Error disagree(const Resolved& a, const Resolved& b, const std::string& why = "") {
-  return Error{a.source.where + "=" + a.text + " and " + b.source.where + "=" + b.text + " disagree" +
+  return Error{a.source.where + "=" + printable(a.text) + " and " + b.source.where + "=" + printable(b.text) + " disagree" +
                (why.empty() ? "" : " (" + why + ")") + "; give one of them"};
 }
 
@@ -35,13 +35,12 @@ std::optional<Error> accelerate_spellings(const TypedValues& cl, std::vector<Res
   if (machines < 1) return std::nullopt;  // the nnodes row reports it
   const std::string machines_where = nnodes.source.kind == Source::Kind::default_ ? "--num_machines" : nnodes.source.where;
   if (auto total = cl.accelerate_spelling(static_cast<size_t>(Setting::nproc_per_node))) {
-    char* end = nullptr;
-    long n = std::strtol(total->text.c_str(), &end, 10);
-    if (total->text.empty() || *end != '\0' || n < 1) return value_error(*total, "expected an integer >= 1");
+    const long n = text::to_long(total->text).value_or(0);
+    if (n < 1) return value_error(*total, "expected an integer >= 1");
     const std::string over = machines_where + "=" + std::to_string(machines);
     if (n % machines != 0) {
       return Error{total->source.where + ": expected a total divisible by " + over +
-                   " (num_processes counts the processes of all machines) (got '" + total->text + "')"};
+                   " (num_processes counts the processes of all machines) (got '" + printable(total->text) + "')"};
     }
     const std::string per_node = std::to_string(n / machines);
     const std::string why = total->source.where + " is the total over " + over + ": " + per_node + " per machine";

@@ -113,7 +113,7 @@ class CommandLine : public TypedValues {
     } catch (const CLI::CallForVersion& e) {
       return answered(e.what());
     } catch (const CLI::ParseError& e) {
-      return failed(Error{std::string(e.what()) + " (see " + command_ + " --help)"});
+      return failed(Error{printable(e.what()) + " (see " + command_ + " --help)"});
     }
     if (help_markdown_) return answered(flags_markdown());
     return std::nullopt;
@@ -328,6 +328,12 @@ std::optional<Error> check_rules(const std::vector<Resolved>& settings, LaunchOp
   if (o.module && o.no_python) {
     return value_error(setting(Setting::module), "--module runs python -m and cannot be combined with --no_python");
   }
+  if (o.virtual_local_rank && o.gpu_visibility == GpuVisibility::all &&
+      o.source("gpu_visibility").kind != Source::Kind::default_) {
+    return value_error(setting(Setting::gpu_visibility),
+                       "expected per_worker, since virtual_local_rank shows each worker only its own GPU (" +
+                           o.source("virtual_local_rank").where + ")");
+  }
   const Resolved& nproc = setting(Setting::nproc_per_node);
   if (o.use_cpu && o.nproc_per_node.kind == NprocSpec::Kind::gpu) {
     return value_error(nproc, "expected a count, cpu or auto, since use_cpu is set (" + o.source("use_cpu").where + ")");
@@ -382,10 +388,10 @@ std::string print_config(const std::vector<Resolved>& settings, const std::vecto
   std::string header = "# dtlaunch settings in effect, and where each comes from "
                        "(flag > variable > config file > default)\n# config file: ";
   if (file) {
-    header += file->path + (file->format == ConfigFile::Format::accelerate ? " (accelerate's format)"
+    header += printable(file->path) + (file->format == ConfigFile::Format::accelerate ? " (accelerate's format)"
                                                                            : " (dtlaunch's format)");
   } else if (location) {
-    header += "none (" + location->path + " does not exist)";
+    header += "none (" + printable(location->path) + " does not exist)";
   } else {
     header += "none";
   }
@@ -393,15 +399,60 @@ std::string print_config(const std::vector<Resolved>& settings, const std::vecto
   for (const auto& s : settings) {
     std::string source = s.source.kind == Source::Kind::default_ ? "default" : s.source.where;
     if (!s.source.note.empty()) source += " (" + s.source.note + ")";
-    const bool secret = s.flag->id == Setting::rdzv_token && !s.text.empty();  // `dtlaunch env` output gets pasted
+    const bool secret = s.flag->secret && !s.text.empty();  // `dtlaunch env` output gets pasted
     lines.push_back({s.flag->name, secret ? "<hidden>" : s.text, source, s.flag->type == Type::switch_,
                      other_name(*s.flag, o)});
   }
   return format_settings(header + "\n", lines, env);
 }
 
-/// Every setting, resolved and parsed into `options`, with the config file in effect; `launch`: after
-/// `dtlaunch launch`, with accelerate's meanings.
+/// Whose conventions the command line follows, from its first word: dtlaunch's (torchrun's), or
+/// accelerate launch's, torch.distributed.launch's or deepspeed's.
+enum class Convention { torchrun, accelerate, distributed_launch, deepspeed };
+
+Convention convention_of(const std::vector<std::string>& args) {
+  if (args.empty()) return Convention::torchrun;
+  if (args.front() == kLaunchWord) return Convention::accelerate;
+  if (args.front() == kDistributedLaunchWord) return Convention::distributed_launch;
+  if (args.front() == kDeepspeedWord) return Convention::deepspeed;
+  return Convention::torchrun;
+}
+
+/// torch.distributed.launch's and deepspeed's defaults where torchrun's differ: their scripts pick
+/// cuda:LOCAL_RANK, so every worker sees every GPU; deepspeed starts one worker per GPU.
+void convention_defaults(Convention c, std::vector<Resolved>& settings) {
+  if (c != Convention::distributed_launch && c != Convention::deepspeed) return;
+  const char* who = c == Convention::deepspeed ? "deepspeed" : "torch.distributed.launch";
+  Resolved& visibility = row(settings, Setting::gpu_visibility);
+  if (visibility.source.kind == Source::Kind::default_) {
+    visibility.text = "all";
+    visibility.source.note = std::string(who) + ": every worker sees every GPU";
+  }
+  Resolved& nproc = row(settings, Setting::nproc_per_node);
+  if (c == Convention::deepspeed && nproc.source.kind == Source::Kind::default_) {
+    nproc.source.note = "deepspeed: one per GPU when the machine has GPUs";
+  }
+}
+
+/// What the convention adds once every setting is parsed: the `--local-rank=N` argument and
+/// deepspeed's variables.
+std::optional<Error> take_convention(Convention c, LaunchOptions& o) {
+  if (c == Convention::distributed_launch && !o.use_env) {
+    if (o.no_python) {  // torch.distributed.launch's own rule: a program cannot be made to parse it
+      return Error{o.source("no_python").where + ": torch.distributed.launch passes --local-rank=N to the program, so "
+                   "--no_python needs --use_env (as torch.distributed.launch says)"};
+    }
+    o.local_rank_arg = LaunchOptions::LocalRankArg::torch_version;
+  }
+  if (c != Convention::deepspeed) return std::nullopt;
+  if (!o.no_local_rank) o.local_rank_arg = LaunchOptions::LocalRankArg::underscore;
+  o.deepspeed_variables = true;
+  if (o.source("nproc_per_node").kind == Source::Kind::default_) o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
+  return std::nullopt;
+}
+
+/// Every setting, resolved and parsed into `options`, with the config file in effect, by the
+/// command line's convention.
 struct Gathered {
   LaunchOptions options;
   std::vector<Resolved> settings;
@@ -409,7 +460,9 @@ struct Gathered {
   std::optional<ConfigFile> file;
 };
 
-std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env, const ReadFile& files, bool launch) {
+std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env, const ReadFile& files,
+                                     Convention convention) {
+  const bool launch = convention == Convention::accelerate;
   Gathered g;
   g.location = locate_config(cl.config_file(), env);
   auto loaded = load_config(g.location, files);
@@ -419,8 +472,10 @@ std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env
   for (size_t i = 0; i < flags().size(); ++i) g.settings.push_back(resolve(i, cl, env, in_effect));
   if (auto error = accelerate_spellings(cl, g.settings)) return *error;
   accelerate_defaults(launch, g.file && g.file->format == ConfigFile::Format::accelerate, g.settings);
+  convention_defaults(convention, g.settings);
   if (auto error = parse_settings(g.settings, g.options)) return *error;
   take_accelerate_facts(launch, in_effect, g.settings, g.options);
+  if (auto error = take_convention(convention, g.options)) return *error;
   if (g.file) g.options.config_file = g.file->path;
   return g;
 }
@@ -439,12 +494,14 @@ std::vector<OptionDoc> option_docs() { return CommandLine().docs(); }
 
 ParseResult parse_command_line(const std::vector<std::string>& all_args, const EnvLookup& env,
                                const ReadFile& files) {
-  // `dtlaunch launch ARGS` is `accelerate launch ARGS`: accelerate's meaning, and its workers' variables.
-  const bool launch = !all_args.empty() && all_args.front() == kLaunchWord;
-  const std::vector<std::string> args(all_args.begin() + (launch ? 1 : 0), all_args.end());
+  // `dtlaunch launch ARGS` is `accelerate launch ARGS`: accelerate's meaning, and its workers' variables;
+  // `dtlaunch torch.distributed.launch ARGS` and `dtlaunch deepspeed ARGS` likewise.
+  const Convention convention = convention_of(all_args);
+  const bool word = convention != Convention::torchrun;
+  const std::vector<std::string> args(all_args.begin() + (word ? 1 : 0), all_args.end());
   CommandLine cl(&args);
   if (auto answered = cl.parse(args)) return *answered;
-  auto gathered = gather(cl, env, files, launch);
+  auto gathered = gather(cl, env, files, convention);
   if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
   auto& [o, settings, location, file] = std::get<Gathered>(gathered);
   const ConfigFile* in_effect = file ? &*file : nullptr;
@@ -453,7 +510,7 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   auto rest = cl.rest();
   if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
     if (auto why = refused_accelerate_flag(rest.front()); !why.empty()) return failed(Error{why});
-    return failed(Error{"unknown option " + rest.front() + " (see dtlaunch --help)"});
+    return failed(Error{"unknown option " + printable(rest.front()) + " (see dtlaunch --help)"});
   }
   ParseResult result;
   if (file) result.warnings = file->warnings;
@@ -476,7 +533,7 @@ ParseResult parse_command_settings(const std::string& command, const std::string
   CommandLine cl(command, description, rows, defaults, own);
   if (auto answered = cl.parse(args)) return *answered;
   cl.own_values(own);
-  auto gathered = gather(cl, env, files, false);
+  auto gathered = gather(cl, env, files, Convention::torchrun);
   if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
   auto& g = std::get<Gathered>(gathered);
   ParseResult result;

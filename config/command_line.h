@@ -45,6 +45,10 @@ std::vector<OptionDoc> option_docs();
 
 /// accelerate's spelling: `dtlaunch launch ARGS` is `dtlaunch ARGS`, with accelerate's meanings.
 inline constexpr const char* kLaunchWord = "launch";
+/// `dtlaunch torch.distributed.launch ARGS` and `dtlaunch deepspeed ARGS`: those launchers' conventions
+/// (the `--local-rank=N` argument, deepspeed's variables, every worker sees every GPU).
+inline constexpr const char* kDistributedLaunchWord = "torch.distributed.launch";
+inline constexpr const char* kDeepspeedWord = "deepspeed";
 
 /// Parses the arguments after argv[0], with the config file in effect (--config_file,
 /// $DTLAUNCH_CONFIG_FILE or the default one) read through `files`. Precedence, for every setting:

@@ -5,7 +5,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "config/flags.h"
@@ -34,7 +36,7 @@ std::string describe(const YAML::Node& n) {
   switch (n.Type()) {
     case YAML::NodeType::Sequence: return "a list";
     case YAML::NodeType::Map: return "a map";
-    case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+    case YAML::NodeType::Scalar: return "'" + printable(n.Scalar()) + "'";
     default: return "nothing";
   }
 }
@@ -48,7 +50,7 @@ struct Entry {
 
 class Reader {
  public:
-  explicit Reader(std::string path) : path_(std::move(path)) {}
+  explicit Reader(const std::string& path) : path_(printable(path)) {}
 
   std::string at(const YAML::Mark& m) const {
     if (m.is_null()) return path_;
@@ -56,7 +58,7 @@ class Reader {
   }
   /// Where a value is; `key:` with nothing after it points at the key.
   std::string at(const Entry& e) const { return at(e.value.IsNull() ? e.key.Mark() : e.value.Mark()); }
-  std::string where(const Entry& e) const { return at(e) + ": " + e.name; }
+  std::string where(const Entry& e) const { return at(e) + ": " + printable(e.name); }
 
   [[noreturn]] void fail(const Entry& e, const std::string& what) const { throw Bad{where(e) + ": " + what}; }
   [[noreturn]] void expected(const Entry& e, const std::string& what) const {
@@ -97,11 +99,8 @@ class Reader {
 
   long integer(const Entry& e, long lo, long hi, const std::string& what) const {
     if (e.value.IsScalar()) {
-      const std::string& s = e.value.Scalar();
-      char* end = nullptr;
-      errno = 0;
-      long v = s.empty() ? 0 : std::strtol(s.c_str(), &end, 10);
-      if (!s.empty() && *end == '\0' && errno != ERANGE && v >= lo && v <= hi) return v;
+      auto v = text::to_long(e.value.Scalar());
+      if (v && *v >= lo && *v <= hi) return *v;
     }
     expected(e, what);
   }
@@ -128,13 +127,21 @@ class Reader {
   }
 
   FileValue value(const Entry& e, std::string v, std::string note = "") const {
+    check_length(e, v);
     return FileValue{std::move(v), where(e), std::move(note)};
+  }
+
+  void check_length(const Entry& e, const std::string& v) const {
+    if (v.size() > kMaxValueBytes) {
+      fail(e, "expected a value of at most " + std::to_string(kMaxValueBytes) + " bytes, got " +
+                  std::to_string(v.size()));
+    }
   }
 
   const std::string& path() const { return path_; }
 
  private:
-  std::string path_;
+  std::string path_;  ///< printable: it starts every message
 };
 
 bool valid_variable_name(const std::string& s) {
@@ -152,12 +159,12 @@ void read_env(const Reader& r, const Entry& e, ConfigFile& out) {
       throw Bad{r.at(it->first.Mark()) + ": env: expected variable names like NCCL_DEBUG, got " +
                 describe(it->first)};
     }
-    if (!seen.insert(var.name).second) throw Bad{r.where(var) + ": set twice in env"};
+    var.name = "env: " + var.name;  // how messages name it
+    const std::string name = it->first.Scalar();
+    if (!seen.insert(name).second) throw Bad{r.at(var) + ": " + name + ": set twice in env"};
     std::string v = var.value.IsNull() ? "" : var.value.IsScalar() ? var.value.Scalar() : "";
-    if (!var.value.IsNull() && !var.value.IsScalar()) {
-      throw Bad{r.at(var) + ": env: " + var.name + ": expected a single value, got " + describe(var.value)};
-    }
-    out.env.emplace_back(var.name, FileValue{v, r.at(var) + ": env: " + var.name, ""});
+    if (!var.value.IsNull() && !var.value.IsScalar()) r.expected(var, "a single value");
+    out.env.emplace_back(name, r.value(var, v));
   }
 }
 
@@ -194,21 +201,25 @@ void read_dtlaunch(const Reader& r, const std::vector<Entry>& entries, ConfigFil
       continue;
     }
     const Flag* f = find_flag(e.name);
-    if (!f) throw Bad{r.at(e.key.Mark()) + ": " + e.name + ": unknown key" + unknown_key_hint(e.name)};
+    if (!f) throw Bad{r.at(e.key.Mark()) + ": " + printable(e.name) + ": unknown key" + unknown_key_hint(e.name)};
     if (e.value.IsNull()) continue;
     out.values[e.name] = r.value(e, flag_text(r, e, f->type));
   }
 }
 
-/// Empty, false, 'no' or made of such values only: a section or key left at its default.
-bool unset(const YAML::Node& n) {
+/// Empty, false, 'no' or made of such values only: a section or key left at its default. Aliases let
+/// a small file nest a map in itself 2^n times, or inside itself (`a: &a {b: *a}`): `budget` counts
+/// the nodes looked at in the whole file, `depth` the levels, and past either a value counts as set
+/// (it is then only named in a warning).
+bool unset(const YAML::Node& n, int& budget, int depth = 0) {
+  if (--budget < 0 || depth > 32) return false;
   switch (n.Type()) {
     case YAML::NodeType::Null: return true;
     case YAML::NodeType::Scalar: return n.Scalar().empty() || yaml_bool(n.Scalar()) == false || n.Scalar() == "0";
     case YAML::NodeType::Sequence: return n.size() == 0;
     case YAML::NodeType::Map:
       for (auto it = n.begin(); it != n.end(); ++it) {
-        if (!unset(it->second)) return false;
+        if (!unset(it->second, budget, depth + 1)) return false;
       }
       return true;
     default: return true;
@@ -227,7 +238,8 @@ std::string accelerate_text(const Reader& r, const Entry& e, const Flag& f) {
 /// deepspeed_config, fsdp_config, dynamo_config and fp8_config: each key is accelerate's flag of the same
 /// name (fsdp_config's `x` is `fsdp_x`, fp8_config's `fp8_x`, dynamo_config's `dynamo_x`); a key that is
 /// no such flag is named in the file's warning, since no worker sees it.
-void read_accelerate_sections(const Reader& r, const std::map<std::string, const Entry*>& by_name, ConfigFile& out) {
+void read_accelerate_sections(const Reader& r, const std::map<std::string, const Entry*>& by_name, ConfigFile& out,
+                              int& budget) {
   static const std::pair<const char*, const char*> sections[] = {
       {"deepspeed_config", ""}, {"fsdp_config", "fsdp_"}, {"dynamo_config", "dynamo_"}, {"fp8_config", "fp8_"}};
   std::vector<std::string> unknown;
@@ -244,14 +256,14 @@ void read_accelerate_sections(const Reader& r, const std::map<std::string, const
       Entry inner{std::string(section) + "." + key, kv->first, kv->second};
       const Flag* f = find_flag(name);
       if (!f || !f->accelerate_only) {
-        if (!unset(kv->second)) unknown.push_back(inner.name);
+        if (!unset(kv->second, budget)) unknown.push_back(inner.name);
         continue;
       }
       if (!kv->second.IsNull()) out.values[name] = r.value(inner, accelerate_text(r, inner, *f));
     }
   }
   if (!unknown.empty()) {
-    out.warnings.push_back(r.path() + ": ignoring " + text::join(unknown, ", ") +
+    out.warnings.push_back(r.path() + ": ignoring " + printable(text::join(unknown, ", ")) +
                            " (not among accelerate launch's settings, so accelerate passes them to no worker either)");
   }
 }
@@ -343,7 +355,8 @@ void read_accelerate(const Reader& r, const std::vector<Entry>& entries, ConfigF
     std::string ids = r.list(*e);
     if (text::lower(text::trim(ids)) != "all") out.values["gpu_ids"] = r.value(*e, ids);
   }
-  read_accelerate_sections(r, by_name, out);
+  int budget = 100000;  // nodes unset() may look at
+  read_accelerate_sections(r, by_name, out, budget);
   // What accelerate does and dtlaunch does not: named once, unless left at its default.
   std::set<std::string> acted_on = {"distributed_type", "same_network", "deepspeed_config", "fsdp_config",
                                     "dynamo_config", "fp8_config"};
@@ -360,12 +373,63 @@ void read_accelerate(const Reader& r, const std::vector<Entry>& entries, ConfigF
       if (e.value.IsScalar() && e.value.Scalar() != "LOCAL_MACHINE") ignored.push_back(e.name + ": " + e.value.Scalar());
       continue;
     }
-    if (!unset(e.value)) ignored.push_back(e.name);
+    if (!unset(e.value, budget)) ignored.push_back(e.name);
   }
   if (!ignored.empty()) {
-    out.warnings.push_back(r.path() + ": ignoring " + text::join(ignored, ", ") +
+    out.warnings.push_back(r.path() + ": ignoring " + printable(text::join(ignored, ", ")) +
                            " (accelerate features that dtlaunch does not set up; it launches the processes only)");
   }
+}
+
+/// Where each document of a stream starts, and its first node.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts, nodes;
+
+  void OnDocumentStart(const YAML::Mark& m) override { starts.push_back(m); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { node(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { node(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override { node(m); }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(m);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void node(const YAML::Mark& m) {
+    if (nodes.size() < starts.size()) nodes.push_back(m);
+  }
+};
+
+/// The stream holds one document, whose parse ends. yaml-cpp 0.7 (Debian 12's) loops forever on a
+/// token that starts no node, such as `,` outside brackets (its issue #1040): each turn of LoadAll
+/// adds an empty document and consumes nothing, until memory runs out. Upstream stops when a
+/// document consumes nothing (PR #1319, then commit f25f110); this does the same from outside,
+/// through the library's public event parser, reading at most three documents and failing at the
+/// first that starts where the one before it started. Throws YAML::ParserException as the parse does.
+std::optional<Error> check_documents(const std::string& text, const Reader& r) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts docs;
+  while (docs.starts.size() < 3 && parser.HandleNextDocument(docs)) {
+    const auto& s = docs.starts;
+    if (s.size() >= 2 && s[s.size() - 1].pos == s[s.size() - 2].pos) {
+      const YAML::Mark& m = s.back();
+      const std::string token = m.pos >= 0 && static_cast<size_t>(m.pos) < text.size() ? text.substr(m.pos, 1) : "";
+      return Error{r.at(m) + ": YAML syntax error: unexpected '" + printable(token) + "'"};
+    }
+  }
+  // PyYAML (accelerate) refuses a second document; YAML::Load would ignore it silently.
+  if (docs.starts.size() > 1) {
+    const YAML::Mark& m = docs.nodes.size() > 1 ? docs.nodes[1] : docs.starts[1];
+    return Error{r.at(m) + ": expected one YAML document, got a second one (after '---')"};
+  }
+  return std::nullopt;
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -395,6 +459,7 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   std::string best;
   size_t best_distance = std::max<size_t>(2, w.size() / 3) + 1;
   for (const auto& c : candidates) {
+    if (w.size() > c.size() + best_distance) continue;  // the distance is at least the difference in length
     size_t d = edit_distance(w, norm(c));
     if (d < best_distance) {
       best = c;
@@ -408,17 +473,17 @@ ConfigResult parse_config(const std::string& text, const std::string& path) {
   Reader r(path);
   ConfigFile out;
   out.path = path;
+  if (text.size() > kMaxConfigFileBytes) {
+    return Error{r.path() + ": " + std::to_string(text.size()) + " bytes, more than a config file may have (" +
+                 std::to_string(kMaxConfigFileBytes) + ")"};
+  }
   try {
     YAML::Node root;
     try {
-      // PyYAML (accelerate) refuses a second document; YAML::Load would ignore it silently.
-      auto docs = YAML::LoadAll(text);
-      if (docs.size() > 1) {
-        return Error{r.at(docs[1].Mark()) + ": expected one YAML document, got a second one (after '---')"};
-      }
-      if (!docs.empty()) root = docs.front();
+      if (auto error = check_documents(text, r)) return *error;
+      root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
-      return Error{r.at(e.mark) + ": YAML syntax error: " + e.msg};
+      return Error{r.at(e.mark) + ": YAML syntax error: " + printable(e.msg)};
     }
     if (root.IsNull()) return out;  // an empty file, or comments only
     auto entries = r.entries(root);
@@ -467,8 +532,8 @@ std::variant<std::optional<ConfigFile>, Error> load_config(const std::optional<C
   FileRead read = files(where->path);
   if (read.status == FileRead::Status::missing && where->chosen_by == "default") return std::optional<ConfigFile>();
   if (read.status != FileRead::Status::ok) {
-    std::string who = where->chosen_by == "default" ? where->path : where->chosen_by;
-    return Error{who + ": cannot read '" + where->path + "': " + read.text};
+    std::string who = where->chosen_by == "default" ? printable(where->path) : where->chosen_by;
+    return Error{who + ": cannot read '" + printable(where->path) + "': " + read.text};
   }
   auto parsed = parse_config(read.text, where->path);
   if (auto* error = std::get_if<Error>(&parsed)) return *error;
@@ -477,6 +542,15 @@ std::variant<std::optional<ConfigFile>, Error> load_config(const std::optional<C
 
 std::string yaml_scalar(const std::string& s) {
   if (s.empty()) return "''";
+  // Control characters only in double quotes, escaped, so that every value stays on its line.
+  if (std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    std::string out = "\"";
+    for (char c : s) {
+      const unsigned char u = static_cast<unsigned char>(c);
+      out += c == '"' ? "\\\"" : c == '\\' ? "\\\\" : u < 0x20 || u == 0x7f ? printable(std::string(1, c)) : std::string(1, c);
+    }
+    return out + "\"";
+  }
   bool safe = !yaml_bool(s) && s != "null" && s != "Null" && s != "NULL" && s != "~" &&
               s.front() != ' ' && s.back() != ' ' && !std::strchr("-?:,[]{}#&*!|>'\"%@`", s.front());
   for (char c : s) {
@@ -492,9 +566,13 @@ std::string format_settings(const std::string& header, const std::vector<Effecti
     if (s.is_switch) return std::string(s.value == "1" ? "true" : "false");
     return s.value.empty() ? std::string("~") : yaml_scalar(s.value);
   };
+  // The comments line up after the longest line of at most 60 columns; a longer line (a long value)
+  // has its comment right after it, so the output grows with the values, not with their square.
+  constexpr size_t kAlignUpTo = 60;
   size_t width = 0;
-  for (const auto& s : settings) width = std::max(width, s.name.size() + 2 + shown(s).size());
-  for (const auto& s : env) width = std::max(width, s.name.size() + 4 + yaml_scalar(s.value).size());
+  auto fit = [&](size_t w) { width = w <= kAlignUpTo ? std::max(width, w) : width; };
+  for (const auto& s : settings) fit(s.name.size() + 2 + shown(s).size());
+  for (const auto& s : env) fit(s.name.size() + 4 + yaml_scalar(s.value).size());
   std::string out = header;
   auto line = [&](const std::string& text, const std::string& source) {
     out += text + std::string(width - std::min(width, text.size()) + 2, ' ') + "# " + source + "\n";

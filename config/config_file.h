@@ -15,6 +15,10 @@
 
 namespace dtl::config {
 
+/// The longest value a file may give a setting or a variable (a path is at most 4096): longer is an
+/// error that names the key, rather than a surprise in the workers or in --print_config.
+inline constexpr size_t kMaxValueBytes = 16 << 10;
+
 /// One setting from a file, as the flag of the same name would take it.
 struct FileValue {
   std::string value;

@@ -28,9 +28,13 @@ ReadFile disk_files() {
       ::close(fd);
       return {FileRead::Status::error, "it is a directory"};
     }
-    posix::ReadAll got = posix::read_all(fd);
+    posix::ReadAll got = posix::read_all(fd, kMaxConfigFileBytes);
     ::close(fd);
     if (got.error) return {FileRead::Status::error, std::strerror(got.error)};
+    if (got.too_large) {
+      return {FileRead::Status::error,
+              "larger than " + std::to_string(kMaxConfigFileBytes >> 10) + " KiB, too large for a config file"};
+    }
     return {FileRead::Status::ok, std::move(got.text)};
   };
 }

@@ -17,14 +17,9 @@ using text::trim;
 
 /// Strict integer: the whole text, in [lo, hi].
 long parse_int(const std::string& text, long lo, long hi, const std::string& what) {
-  std::string t = trim(text);
-  char* end = nullptr;
-  errno = 0;
-  long v = t.empty() ? 0 : std::strtol(t.c_str(), &end, 10);
-  if (t.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
-    throw std::invalid_argument("expected " + what);
-  }
-  return v;
+  auto v = text::to_long(trim(text));
+  if (!v || *v < lo || *v > hi) throw std::invalid_argument("expected " + what);
+  return *v;
 }
 
 bool parse_bool(const std::string& text) {
@@ -50,10 +45,8 @@ std::string one_of(const std::string& text, const std::vector<std::string>& word
 }
 
 double seconds(const std::string& text) {
-  std::string t = trim(text);
-  char* end = nullptr;
-  double v = t.empty() ? -1 : std::strtod(t.c_str(), &end);
-  if (t.empty() || *end != '\0' || !(v >= 0) || v > 86400) throw std::invalid_argument("expected seconds >= 0");
+  double v = text::to_double(trim(text)).value_or(-1);
+  if (!(v >= 0) || v > 86400) throw std::invalid_argument("expected seconds >= 0");
   return v;
 }
 
@@ -87,11 +80,35 @@ void integer(const S& t, O&) {
 
 void switch_value(const S& t, O&) { parse_bool(t); }
 
+/// torchrun's comma_separated_list: items split at ',', where ",," stands for a comma.
+std::vector<std::string> filter_list(const S& t) {
+  std::vector<std::string> items;
+  if (t.empty()) return items;
+  std::string item;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == ',' && i + 1 < t.size() && t[i + 1] == ',') {
+      item += ',';
+      ++i;
+    } else if (t[i] == ',') {
+      items.push_back(item);
+      item.clear();
+    } else {
+      item += t[i];
+    }
+  }
+  items.push_back(item);
+  return items;
+}
+
+/// A run id names the log folder, `<run_id>_XXXXXX`, which file systems cap at 255 bytes.
+std::string run_id(const S& t) {
+  if (t.size() > 248) throw std::invalid_argument("expected at most 248 bytes (it names the log folder)");
+  return t;
+}
+
 void number(const S& t) {
   std::string v = trim(t);
-  char* end = nullptr;
-  if (!v.empty()) std::strtod(v.c_str(), &end);
-  if (!v.empty() && *end != '\0') throw std::invalid_argument("expected a number");
+  if (!v.empty() && !text::to_double(v)) throw std::invalid_argument("expected a number");
 }
 
 // Each row names only the fields it sets; the others keep their defaults (GCC 12 warns of them).
@@ -118,11 +135,12 @@ const std::vector<Flag> kFlags = {
      .help = "workers on this node: a count, `gpu` (visible GPUs; an error if none), `cpu` (CPUs in the affinity "
              "mask), `auto` (GPUs if any, else CPUs)",
      .choices = {"gpu", "cpu", "auto"},
-     .apply = [](const S& t, O& o) { o.nproc_per_node = parse_nproc(t); }, .accelerate_flag = "num_processes"},
+     .apply = [](const S& t, O& o) { o.nproc_per_node = parse_nproc(t); }, .accelerate_flag = "num_processes",
+     .aliases = {"num_gpus"}},
     {.id = Setting::nnodes, .name = "nnodes", .accelerate_key = "num_machines", .default_value = "1", .group = kNodes,
      .help = "number of nodes, N or MIN:MAX (elastic)",
      .apply = [](const S& t, O& o) { std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(t); },
-     .accelerate_flag = "num_machines"},
+     .accelerate_flag = "num_machines", .aliases = {"num_nodes"}},
     {.id = Setting::node_rank, .name = "node_rank", .accelerate_key = "machine_rank", .default_value = "0",
      .group = kNodes, .help = "rank of this node (static rendezvous)",
      .apply = [](const S& t, O& o) {  // its range against nnodes: check_rules
@@ -135,8 +153,9 @@ const std::vector<Flag> kFlags = {
      .accelerate_flag = "main_process_ip"},
     {.id = Setting::master_port, .name = "master_port", .accelerate_key = "main_process_port",
      .default_value = "29500", .group = kNodes,
-     .help = "port of the workers' c10d store (several nodes: also the static rendezvous's); `0` picks a free port. "
-             "A port already in use is an error before anything starts",
+     .help = "port of the workers' c10d store (several nodes: also the static rendezvous's); `0` picks a free "
+             "port, and so does one static node given no port (torchrun 2.x). A port given and in use is an error "
+             "before anything starts",
      .apply = [](const S& t, O& o) { o.master_port = static_cast<int>(parse_int(t, 0, 65535, "a port in 0..65535")); },
      .accelerate_flag = "main_process_port"},
     {.id = Setting::agent_store, .name = "agent_store", .default_value = "true", .group = kNodes,
@@ -154,7 +173,7 @@ const std::vector<Flag> kFlags = {
      .apply = [](const S& t, O& o) { o.rdzv_endpoint = trim(t); }},
     {.id = Setting::rdzv_id, .name = "rdzv_id", .group = kNodes, .help = "job id, an alias of `--run_id`",
      .apply = [](const S& t, O& o) {  // before run_id, which wins
-       if (!t.empty()) o.run_id = t;
+       if (!t.empty()) o.run_id = run_id(t);
      }},
     {.id = Setting::rdzv_conf, .name = "rdzv_conf", .group = kNodes,
      .help = "rendezvous settings `k=v,k=v` (`join_timeout`, `last_call_timeout`, `keep_alive_interval`, ...)",
@@ -162,14 +181,15 @@ const std::vector<Flag> kFlags = {
     {.id = Setting::local_addr, .name = "local_addr", .group = kNodes,
      .help = "this node's address, as its workers are reached", .apply = [](const S& t, O& o) { o.local_addr = trim(t); }},
     {.id = Setting::rdzv_token, .name = "rdzv_token", .variables = {"DTLAUNCH_RDZV_TOKEN"}, .group = kNodes,
-     .help = "shared secret that nodes prove with HMAC-SHA256 (never sent); `ps` shows a flag, the variable it does not",
-     .apply = [](const S& t, O& o) { o.rdzv_token = t; }},
+     .help = "shared secret that nodes prove with HMAC-SHA256 (never sent, never in the workers' environment); "
+             "`ps` shows a flag, the variable it does not",
+     .apply = [](const S& t, O& o) { o.rdzv_token = t; }, .secret = true},
     {.id = Setting::rdzv_token_file, .name = "rdzv_token_file", .group = kNodes, .help = "file holding the shared secret",
      .names_path = true,
      .apply = [](const S& t, O& o) { o.rdzv_token_file = t; }},
     {.id = Setting::run_id, .name = "run_id", .default_shown = "`none`", .group = kNodes,
      .help = "job id, exported as `TORCHELASTIC_RUN_ID`", .apply = [](const S& t, O& o) {
-       if (!t.empty()) o.run_id = t;
+       if (!t.empty()) o.run_id = run_id(t);
      }},
     {.id = Setting::max_restarts, .name = "max_restarts", .default_value = "0", .group = kWorkers,
      .help = "restarts of the whole worker group after a failure",
@@ -207,6 +227,28 @@ const std::vector<Flag> kFlags = {
      .apply = [](const S& t, O& o) {
        if (!t.empty()) o.local_ranks_filter = parse_rank_list(t);
      }},
+    {.id = Setting::log_line_prefix_template, .name = "log_line_prefix_template",
+     .variables = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"}, .default_value = "[${role_name}${local_rank}]:",
+     .group = kOutput,
+     .help = "prefix of each console line, with `${role_name}`, `${local_rank}`, `${rank}` and `${hostname}`",
+     .apply = [](const S& t, O& o) { o.log_line_prefix_template = t; }},
+    {.id = Setting::duplicate_stdout_filters, .name = "duplicate_stdout_filters", .type = Type::list, .group = kOutput,
+     .help = "tee'd stdout lines holding any of these words (`,,` is a comma) also go to "
+             "`attempt_N/filtered_stdout.log`, prefixed",
+     .apply = [](const S& t, O& o) { o.duplicate_stdout_filters = filter_list(t); }},
+    {.id = Setting::duplicate_stderr_filters, .name = "duplicate_stderr_filters", .type = Type::list, .group = kOutput,
+     .help = "the same for stderr, into `attempt_N/filtered_stderr.log`",
+     .apply = [](const S& t, O& o) { o.duplicate_stderr_filters = filter_list(t); }},
+    {.id = Setting::logs_specs, .name = "logs_specs", .group = kOutput,
+     .help = "accepted for torchrun's command lines when empty: a Python `LogsSpecs` class has no meaning here",
+     .apply = [](const S& t, O&) {
+       if (!trim(t).empty()) throw std::invalid_argument("a torchrun.logs_specs entry point is a Python class, which dtlaunch cannot load");
+     }},
+    {.id = Setting::event_log_handler, .name = "event_log_handler", .default_value = "null", .group = kOutput,
+     .help = "torchrun's event handler: only `null` (a handler is a Python registry entry)",
+     .apply = [](const S& t, O&) {
+       if (trim(t) != "null") throw std::invalid_argument("expected null: torch's event handlers live in a Python registry, which dtlaunch cannot load");
+     }},
     {.id = Setting::shutdown_timeout, .name = "shutdown_timeout", .variables = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
      .default_value = "30", .group = kWorkers, .help = "seconds between the stop signal and SIGKILL",
      .apply = [](const S& t, O& o) { o.shutdown_timeout_s = seconds(t); }},
@@ -214,6 +256,26 @@ const std::vector<Flag> kFlags = {
      .default_value = "SIGTERM,SIGINT,SIGHUP,SIGQUIT", .group = kWorkers,
      .help = "signals dtlaunch catches and forwards to the workers",
      .apply = [](const S& t, O& o) { o.signals_to_handle = parse_signal_list(t); }},
+    {.id = Setting::job_cgroup, .name = "job_cgroup", .default_value = "1", .group = kWorkers,
+     .help = "put the workers in a cgroup v2 of their own, killed as one (`cgroup.kill`) even when dtlaunch is "
+             "SIGKILLed; where none can be made, workers' sessions are killed instead. 0: off",
+     .apply = [](const S& t, O& o) { o.job_cgroup = parse_bool(t); }},
+    {.id = Setting::numa_binding, .name = "numa_binding", .group = kWorkers,
+     .help = "torchrun's NUMA binding: not implemented by dtlaunch yet, refused rather than ignored",
+     .choices = {"node", "socket", "exclusive", "core-complex"}, .apply = [](const S& t, O&) {
+       if (!trim(t).empty()) throw std::invalid_argument("dtlaunch does not bind workers to NUMA nodes yet");
+     }},
+    {.id = Setting::virtual_local_rank, .name = "virtual_local_rank", .type = Type::switch_, .group = kWorkers,
+     .help = "`LOCAL_RANK=0` for every worker, which sees only its own GPU (as torchrun's)",
+     .apply = [](const S& t, O& o) { o.virtual_local_rank = parse_bool(t); }},
+    {.id = Setting::use_env, .name = "use_env", .type = Type::switch_, .group = kWorkers,
+     .help = "after `dtlaunch torch.distributed.launch`: no `--local-rank=N` argument, the workers read `LOCAL_RANK` "
+             "(dtlaunch's and torchrun's way everywhere else)",
+     .apply = [](const S& t, O& o) { o.use_env = parse_bool(t); }},
+    {.id = Setting::no_local_rank, .name = "no_local_rank", .type = Type::switch_, .group = kWorkers,
+     .help = "after `dtlaunch deepspeed`: no `--local_rank=N` argument", .apply = [](const S& t, O& o) {
+       o.no_local_rank = parse_bool(t);
+     }},
     {.id = Setting::gpu_ids, .name = "gpu_ids", .accelerate_key = "gpu_ids", .type = Type::list, .default_shown = "all",
      .group = kGpus,
      .help = "use only these GPUs, as indices among the visible ones (`0,2`); after `dtlaunch launch` and in "
@@ -399,14 +461,30 @@ const Flag* find_flag(const std::string& name) {
 }
 
 std::vector<std::string> long_spellings(const Flag& f) {
-  std::string dashed = text::replace_all(f.name, "_", "-");
-  if (dashed == f.name) return {"--" + dashed};
-  return {std::string("--") + f.name, "--" + dashed};
+  std::vector<std::string> out;
+  std::vector<const char*> names{f.name};
+  names.insert(names.end(), f.aliases.begin(), f.aliases.end());
+  for (const char* name : names) {
+    std::string dashed = text::replace_all(name, "_", "-");
+    out.push_back(std::string("--") + name);
+    if (dashed != name) out.push_back("--" + dashed);
+  }
+  return out;
 }
 
 std::vector<std::string> variable_names(const Flag& f) {
   std::vector<std::string> names{"PET_" + text::upper(f.name)};
   names.insert(names.end(), f.variables.begin(), f.variables.end());
+  return names;
+}
+
+std::vector<std::string> secret_variables() {
+  std::vector<std::string> names;
+  for (const auto& f : kFlags) {
+    if (!f.secret) continue;
+    auto v = variable_names(f);
+    names.insert(names.end(), v.begin(), v.end());
+  }
   return names;
 }
 
@@ -495,17 +573,16 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
   RdzvConf conf;
   if (trim(text).empty()) return conf;
   auto seconds = [](const std::string& key, const std::string& v) {
-    char* end = nullptr;
-    double s = std::strtod(v.c_str(), &end);
+    double s = text::to_double(v).value_or(-1);
     // the timers count milliseconds: less than one would be a zero interval or timeout
-    if (v.empty() || *end != '\0' || !(s >= 0.001) || s > 1e7) {
-      throw std::invalid_argument(key + " expects seconds >= 0.001 (got '" + v + "')");
+    if (!(s >= 0.001) || s > 1e7) {
+      throw std::invalid_argument(key + " expects seconds >= 0.001 (got '" + printable(v) + "')");
     }
     return s;
   };
   for (const auto& item : split(text, ',')) {
     auto eq = item.find('=');
-    if (eq == std::string::npos) throw std::invalid_argument("'" + item + "' is not key=value");
+    if (eq == std::string::npos) throw std::invalid_argument("'" + printable(item) + "' is not key=value");
     std::string key = trim(item.substr(0, eq)), v = trim(item.substr(eq + 1));
     if (key == "join_timeout" || key == "timeout") {
       conf.join_timeout_s = seconds(key, v);
@@ -524,7 +601,7 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
     } else if (key == "read_timeout") {
       seconds(key, v);  // torchrun's store read timeout: dtlaunch's reads are event-driven
     } else {
-      throw std::invalid_argument("unknown key '" + key +
+      throw std::invalid_argument("unknown key '" + printable(key) +
                                   "' (known: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
                                   "keep_alive_max_attempt, heartbeat_timeout, is_host, read_timeout)");
     }
@@ -545,7 +622,7 @@ std::vector<int> parse_signal_list(const std::string& text) {
       if (name == n) found = s;
     }
     if (!found) {
-      throw std::invalid_argument("unknown signal '" + item +
+      throw std::invalid_argument("unknown signal '" + printable(item) +
                                   "' (use SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU)");
     }
     sigs.push_back(found);

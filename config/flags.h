@@ -18,7 +18,8 @@ enum class Setting {
   nproc_per_node, nnodes, node_rank, master_addr, master_port, agent_store, standalone, rdzv_backend, rdzv_endpoint,
   rdzv_id, rdzv_conf, local_addr, rdzv_token, rdzv_token_file, run_id, max_restarts, monitor_interval,
   start_method, role, no_python, module, run_path, log_dir, redirects, tee, local_ranks_filter,
-  shutdown_timeout, signals_to_handle, gpu_ids, gpu_visibility, fake_gpus, mixed_precision, use_cpu, debug,
+  log_line_prefix_template, duplicate_stdout_filters, duplicate_stderr_filters, logs_specs, event_log_handler,
+  shutdown_timeout, signals_to_handle, job_cgroup, numa_binding, virtual_local_rank, use_env, no_local_rank, gpu_ids, gpu_visibility, fake_gpus, mixed_precision, use_cpu, debug,
   // accelerate launch's own settings (config/accelerate.h turns them into the workers' variables)
   same_network, multi_gpu, use_fsdp, use_deepspeed, num_cpu_threads_per_process, enable_cpu_affinity,
   main_training_function, downcast_bf16, quiet, dynamo_backend, dynamo_mode, dynamo_use_fullgraph, dynamo_use_dynamic,
@@ -63,6 +64,10 @@ struct Flag {
   const char* accelerate_flag = "";
   /// accelerate's own setting: the text, as given, goes to LaunchOptions::accelerate.values.
   bool accelerate_only = false;
+  /// A secret: its variables are kept from the workers' environment.
+  bool secret = false;
+  /// Other tools' names of the same setting with the same meaning (deepspeed's `num_gpus`).
+  std::vector<const char*> aliases = {};
 };
 
 /// The table, one row per Setting, in Setting order.
@@ -75,6 +80,9 @@ const Flag* find_flag(const std::string& name);
 std::vector<std::string> long_spellings(const Flag& f);
 /// PET_NAME, then the row's own variables.
 std::vector<std::string> variable_names(const Flag& f);
+/// The variables of every secret setting (PET_RDZV_TOKEN, DTLAUNCH_RDZV_TOKEN): dtlaunch reads
+/// them, its workers never see them.
+std::vector<std::string> secret_variables();
 /// accelerate launch's flags that dtlaunch refuses, and why, for "--flag": "" when dtlaunch knows
 /// no such accelerate flag.
 std::string refused_accelerate_flag(const std::string& flag);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+
 namespace dtl::config {
 
 /// `--nproc_per_node`: a count, or a word resolved against the machine.
@@ -55,8 +57,8 @@ struct Source {
 
   /// "--where=value" for a flag or the default, else "name=value (from where[ (note)])".
   std::string describe(const std::string& name, const std::string& value) const {
-    if (kind == Kind::flag || kind == Kind::default_) return where + "=" + value;
-    return name + "=" + value + " (from " + where + (note.empty() ? "" : " (" + note + ")") + ")";
+    if (kind == Kind::flag || kind == Kind::default_) return where + "=" + printable(value);
+    return name + "=" + printable(value) + " (from " + where + (note.empty() ? "" : " (" + note + ")") + ")";
   }
 };
 
@@ -97,8 +99,24 @@ struct LaunchOptions {
   StreamsSpec redirects;
   StreamsSpec tee;
   std::optional<std::set<int>> local_ranks_filter;
+  std::string log_line_prefix_template = "[${role_name}${local_rank}]:";
+  /// torchrun's --duplicate_std{out,err}_filters: tee'd lines holding any of these also go to
+  /// attempt_N/filtered_std{out,err}.log.
+  std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
+  bool virtual_local_rank = false;  ///< LOCAL_RANK=0 for every worker, which sees only its own GPU
+  /// The `--local-rank=N` argument that torch.distributed.launch (without --use_env) and deepspeed
+  /// (without --no_local_rank) put right after the script.
+  enum class LocalRankArg {
+    none,
+    torch_version,  ///< --local-rank=N, or --local_rank=N where the machine's torch is 1.x
+    underscore,     ///< --local_rank=N, deepspeed's
+  } local_rank_arg = LocalRankArg::none;
+  bool use_env = false;
+  bool no_local_rank = false;
+  bool deepspeed_variables = false;  ///< CROSS_RANK, CROSS_SIZE, LOCAL_SIZE, as deepspeed's launcher gives
   double shutdown_timeout_s = 30;
   std::vector<int> signals_to_handle;  ///< signal numbers
+  bool job_cgroup = true;              ///< the workers in a cgroup v2 of their own, where one can be made
   std::string run_id = "none";
   std::optional<std::vector<int>> gpu_ids;
   std::optional<int> fake_gpus;

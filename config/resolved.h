@@ -23,9 +23,9 @@ inline Error value_error(const Resolved& s, const std::string& what) {
   std::string msg = s.source.where + ": " + what;
   if (!s.text.empty() && what.rfind("expected", 0) == 0) {
     if (s.source.kind == Source::Kind::file) {
-      msg += ", got '" + s.text + "'" + (s.source.note.empty() ? "" : " (" + s.source.note + ")");
+      msg += ", got '" + printable(s.text) + "'" + (s.source.note.empty() ? "" : " (" + s.source.note + ")");
     } else {
-      msg += " (got '" + s.text + "')";
+      msg += " (got '" + printable(s.text) + "')";
     }
   }
   return Error{msg};

@@ -1,7 +1,11 @@
 // The few string helpers every library here needs.
 #pragma once
 
+#include <charconv>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace dtl::text {
@@ -39,6 +43,20 @@ inline std::string upper(std::string s) {
   for (auto& c : s) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
   return s;
 }
+
+/// The whole of `s` as a number, or nothing: no spaces, nothing after it (a NUL byte included), no
+/// overflow; a leading '+' is taken, as Python's int() and float() take it.
+template <typename T>
+std::optional<T> to_number(std::string_view s) {
+  if (s.size() > 1 && s[0] == '+' && s[1] != '-') s.remove_prefix(1);
+  T v{};
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+inline std::optional<long> to_long(std::string_view s) { return to_number<long>(s); }
+inline std::optional<double> to_double(std::string_view s) { return to_number<double>(s); }
 
 inline std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) {

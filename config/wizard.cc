@@ -25,14 +25,16 @@ std::string norm(const std::string& s) {
   return out;
 }
 
-/// A whole number in [lo, hi], or the reason it is not.
+/// A whole number in [lo, hi] that is the whole answer (a NUL byte in it too), or nothing.
 std::optional<long> whole(const std::string& s, long lo, long hi) {
-  std::string t = text::trim(s);
-  char* end = nullptr;
-  errno = 0;
-  long v = t.empty() ? 0 : std::strtol(t.c_str(), &end, 10);
-  if (t.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi) return std::nullopt;
+  auto v = text::to_long(text::trim(s));
+  if (!v || *v < lo || *v > hi) return std::nullopt;
   return v;
+}
+
+/// Text that a config file holds and a terminal shows as typed: valid UTF-8, no control characters.
+bool plain_text(const std::string& s) {
+  return printable(s).size() == s.size() + static_cast<size_t>(std::count(s.begin(), s.end(), '\\'));
 }
 
 class Questions {
@@ -50,17 +52,18 @@ class Questions {
       if (r.kind == Reply::Kind::eof) throw Abort{1};
       std::string answer = text::trim(r.text);
       if (answer.empty()) answer = def;
-      std::string why = check(answer);
+      std::string why = plain_text(answer) ? check(answer) : "expected plain text, got '" + printable(answer) + "'";
       if (why.empty()) return answer;
       term_.write("  " + why + "; please answer again\n");
     }
   }
 
   long number(const std::string& question, long def, long lo, long hi, const std::string& what) {
-    return std::stol(ask(question, std::to_string(def), [&](const std::string& a) -> std::string {
+    const std::string answer = ask(question, std::to_string(def), [&](const std::string& a) -> std::string {
       if (whole(a, lo, hi)) return "";
-      return "expected " + what + ", got '" + a + "'";
-    }));
+      return "expected " + what + ", got '" + printable(a) + "'";
+    });
+    return whole(answer, lo, hi).value_or(def);  // ask returns only what the check accepted
   }
 
   int choose(const std::string& question, const std::vector<Choice>& options, int initial) {
@@ -72,7 +75,7 @@ class Questions {
       std::vector<std::string> names;
       for (const auto& o : options) names.push_back(o.name);
       term_.write("  expected a number 1-" + std::to_string(options.size()) + " or one of " + text::join(names, ", ") +
-                  ", got '" + text::trim(r.text) + "'; please answer again\n");
+                  ", got '" + printable(text::trim(r.text)) + "'; please answer again\n");
     }
   }
 
@@ -96,10 +99,10 @@ void ask_layout(Questions& q, const MachineFacts& machine, WizardAnswers& a) {
     a.main_address = q.ask("What is the address (IP or host name) of the machine with rank 0?", def,
                            [](const std::string& s) -> std::string {
                              if (s.empty()) return "an address is needed";
-                             if (s.find_first_of(" \t,") != std::string::npos) return "expected one address, got '" + s + "'";
+                             if (s.find_first_of(" \t,") != std::string::npos) return "expected one address, got '" + printable(s) + "'";
                              // One colon is host:port (IPv6 addresses have several): the endpoint would not parse.
                              if (std::count(s.begin(), s.end(), ':') == 1 || s.front() == '[') {
-                               return "expected the address alone (the port is the next question), got '" + s + "'";
+                               return "expected the address alone (the port is the next question), got '" + printable(s) + "'";
                              }
                              return "";
                            });
@@ -125,14 +128,14 @@ void ask_layout(Questions& q, const MachineFacts& machine, WizardAnswers& a) {
   if (a.machine == Machine::cpu) {
     a.nproc = q.ask("How many processes per machine?", "1", [](const std::string& s) -> std::string {
       if (s == "cpu" || whole(s, 1, 4096)) return "";
-      return "expected a whole number >= 1, or cpu for one per CPU, got '" + s + "'";
+      return "expected a whole number >= 1, or cpu for one per CPU, got '" + printable(s) + "'";
     });
   } else if (a.machine == Machine::multi_gpu) {
     const std::string def = machine.gpus >= 2 ? std::to_string(machine.gpus) : "gpu";
     a.nproc = q.ask("How many processes (one per GPU) per machine?", def, [&](const std::string& s) -> std::string {
       if (s == "gpu") return "";
       auto n = whole(s, 1, 4096);
-      if (!n) return "expected a whole number >= 2, or gpu for one per visible GPU, got '" + s + "'";
+      if (!n) return "expected a whole number >= 2, or gpu for one per visible GPU, got '" + printable(s) + "'";
       if (*n == 1) return "several GPUs need at least 2 processes (for a single one, the machine type is gpu)";
       if (machine.gpus > 0 && *n > machine.gpus) {
         return "this machine has " + plural(machine.gpus, "GPU") + ", and two processes cannot share one (NCCL)";
@@ -153,7 +156,7 @@ void ask_layout(Questions& q, const MachineFacts& machine, WizardAnswers& a) {
                         try {
                           ids = parse_gpu_ids(s);
                         } catch (const std::invalid_argument& e) {
-                          return std::string(e.what()) + ", got '" + s + "'";
+                          return std::string(e.what()) + ", got '" + printable(s) + "'";
                         }
                         for (int id : ids) {
                           if (machine.gpus > 0 && id >= machine.gpus) {
@@ -161,7 +164,7 @@ void ask_layout(Questions& q, const MachineFacts& machine, WizardAnswers& a) {
                                    plural(machine.gpus, "GPU") + ": 0 to " + std::to_string(machine.gpus - 1) + ")";
                           }
                         }
-                        if (one && ids.size() != 1) return "one GPU takes one index, got '" + s + "'";
+                        if (one && ids.size() != 1) return "one GPU takes one index, got '" + printable(s) + "'";
                         if (auto n = whole(a.nproc, 1, 4096); n && static_cast<size_t>(*n) > ids.size()) {
                           return std::to_string(*n) + " processes need " + std::to_string(*n) + " GPUs, got " +
                                  std::to_string(ids.size());

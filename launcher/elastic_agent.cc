@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/error.h"
+#include "base/posix.h"
 #include "launcher/agent_state.h"
 #include "launcher/failure.h"
 #include "launcher/group_signals.h"
@@ -84,6 +85,7 @@ class ElasticAgent final : public Runner {
       share_port_with_store(*opts.server, *store);
     }
     try {
+      posix::raise_fd_limit();  // one descriptor per node; the workers get the limit back (spawn.cc)
       server = std::make_unique<rdzv::Server>(io, *opts.server);
       spdlog::info("hosting the rendezvous on {}:{}", opts.server->host, server->port());
     } catch (const rdzv::PortInUse& e) {

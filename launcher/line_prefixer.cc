@@ -52,9 +52,12 @@ void LinePrefixer::finish(std::string& out) {
   partial_.clear();
 }
 
-std::string expand_prefix(const std::string& tmpl, const std::string& role, int local_rank, int rank) {
-  const std::pair<std::string, std::string> vars[] = {
-      {"${role_name}", role}, {"${local_rank}", std::to_string(local_rank)}, {"${rank}", std::to_string(rank)}};
+std::string expand_prefix(const std::string& tmpl, const std::string& role, int local_rank, int rank,
+                          const std::string& hostname) {
+  const std::pair<std::string, std::string> vars[] = {{"${role_name}", role},
+                                                      {"${local_rank}", std::to_string(local_rank)},
+                                                      {"${rank}", std::to_string(rank)},
+                                                      {"${hostname}", hostname}};
   std::string out;
   for (size_t i = 0; i < tmpl.size();) {
     bool replaced = false;

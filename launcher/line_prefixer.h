@@ -26,8 +26,9 @@ class LinePrefixer {
   size_t max_line_;
 };
 
-/// torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE with ${role_name}, ${local_rank}, ${rank}.
-std::string expand_prefix(const std::string& tmpl, const std::string& role, int local_rank, int rank);
+/// torchrun's --log_line_prefix_template with ${role_name}, ${local_rank}, ${rank}, ${hostname}.
+std::string expand_prefix(const std::string& tmpl, const std::string& role, int local_rank, int rank,
+                          const std::string& hostname = "");
 
 inline constexpr const char* kDefaultPrefixTemplate = "[${role_name}${local_rank}]:";
 

@@ -32,7 +32,12 @@ RunLogDir::RunLogDir(const std::string& base, const std::string& run_id, bool er
   }
   std::string safe_id = run_id;
   for (auto& c : safe_id) c = (c == '/' ? '_' : c);
-  run_dir_ = make_temp_dir(root / (safe_id + "_XXXXXX"));
+  try {
+    run_dir_ = make_temp_dir(root / (safe_id + "_XXXXXX"));
+  } catch (const std::system_error&) {
+    finish(false);  // no empty temporary folder left behind
+    throw;
+  }
 }
 
 std::filesystem::path RunLogDir::rank_dir(int restart, int local_rank) const {

@@ -1,16 +1,19 @@
 #include "launcher/orphan_guard.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
+#include <cstring>
 #include <filesystem>
 #include <set>
+#include <string>
 #include <system_error>
 
 #include "base/posix.h"
@@ -18,13 +21,43 @@
 namespace dtl::launcher {
 namespace {
 
-[[noreturn]] void guard_main(int fd) {
+constexpr auto kCgroupEmptyWait = std::chrono::seconds(2);
+/// Each pass kills what it finds; a process not yet killed may fork meanwhile, so pass again.
+constexpr int kSessionPasses = 50;
+
+/// SIGKILLs every process whose session is one of `sessions`; how many it found.
+int kill_sessions(const std::set<pid_t>& sessions) {
+  int found = 0;
+  DIR* proc = opendir("/proc");
+  if (!proc) return 0;
+  while (dirent* e = readdir(proc)) {
+    pid_t pid = 0;
+    const char* end = e->d_name + std::strlen(e->d_name);
+    if (std::from_chars(e->d_name, end, pid).ptr != end || pid <= 0) continue;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char buf[1024];
+    long n = posix::read_some(fd, buf, sizeof buf);
+    ::close(fd);
+    if (n <= 0) continue;
+    auto sid = stat_session(std::string_view(buf, static_cast<size_t>(n)));
+    if (sid && sessions.count(*sid) && ::kill(pid, SIGKILL) == 0) ++found;
+  }
+  closedir(proc);
+  return found;
+}
+
+[[noreturn]] void guard_main(int fd, const std::string& cgroup) {
+  // Out of dtlaunch's process group and session: what is sent to them does not reach the guard.
+  setsid();
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2}) signal(sig, SIG_IGN);
   // Hold nothing of dtlaunch's: pipes held open here would delay EOF for the workers' readers.
   close_range(0, 1, 0);
   if (fd > 3) close_range(3, static_cast<unsigned>(fd) - 1, 0);
   close_range(static_cast<unsigned>(fd) + 1, ~0u, 0);
-  std::set<pid_t> groups;
+  std::set<pid_t> workers;
   std::string dir;
   char buf[4096];
   std::string pending;
@@ -35,13 +68,19 @@ namespace {
     size_t nl;
     while ((nl = pending.find('\n')) != std::string::npos) {
       pid_t pgid = static_cast<pid_t>(std::atol(pending.c_str() + 1));
-      if (pending[0] == '+') groups.insert(pgid);
-      if (pending[0] == '-') groups.erase(pgid);
+      if (pending[0] == '+') workers.insert(pgid);
+      if (pending[0] == '-') workers.erase(pgid);
       if (pending[0] == 'd') dir = pending.substr(1, nl - 1);
       pending.erase(0, nl + 1);
     }
   }
-  for (pid_t pgid : groups) kill(-pgid, SIGKILL);
+  // After a normal exit dtlaunch has forgotten every worker, and the cgroup is empty.
+  bool cgroup_gone = !cgroup.empty() && remove_cgroup(cgroup, kCgroupEmptyWait);
+  for (pid_t pgid : workers) kill(-pgid, SIGKILL);
+  if (!cgroup_gone && !workers.empty()) {
+    for (int pass = 0; pass < kSessionPasses && kill_sessions(workers) > 0; ++pass) {
+    }
+  }
   if (!dir.empty()) {  // after a normal exit dtlaunch removed it already, or said to keep it
     std::error_code ignored;
     std::filesystem::remove_all(dir, ignored);
@@ -51,14 +90,36 @@ namespace {
 
 }  // namespace
 
-OrphanGuard::OrphanGuard() {
+std::optional<pid_t> stat_session(std::string_view stat) {
+  // pid (comm) state ppid pgrp session ...
+  size_t close = stat.rfind(')');
+  if (close == std::string_view::npos) return std::nullopt;
+  std::string_view rest = stat.substr(close + 1);
+  for (int field = 0; field < 4; ++field) {  // skip to the session: " state ppid pgrp session"
+    size_t start = rest.find_first_not_of(' ');
+    if (start == std::string_view::npos) return std::nullopt;
+    rest = rest.substr(start);
+    if (field == 3) break;
+    size_t end = rest.find(' ');
+    if (end == std::string_view::npos) return std::nullopt;
+    rest = rest.substr(end);
+  }
+  pid_t sid = 0;
+  auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), sid);
+  if (ec != std::errc() || ptr == rest.data()) return std::nullopt;
+  return sid;
+}
+
+OrphanGuard::OrphanGuard(bool use_cgroup) {
+  if (use_cgroup) cgroup_ = JobCgroup::create(cgroup_note_);
+  const std::string cgroup_path = cgroup_ ? cgroup_->path() : "";
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
   pid_ = fork();
   if (pid_ < 0) throw std::system_error(errno, std::generic_category(), "fork");
   if (pid_ == 0) {
     close(fds[1]);
-    guard_main(fds[0]);
+    guard_main(fds[0], cgroup_path);
   }
   close(fds[0]);
   fd_ = fds[1];
@@ -67,6 +128,7 @@ OrphanGuard::OrphanGuard() {
 OrphanGuard::~OrphanGuard() {
   close(fd_);
   posix::retry_eintr([&] { return waitpid(pid_, nullptr, 0); });
+  if (cgroup_) remove_cgroup(cgroup_->path(), kCgroupEmptyWait);  // the guard did, unless it died
 }
 
 void OrphanGuard::send(char op, pid_t pgid) {
@@ -80,7 +142,7 @@ void OrphanGuard::remove_on_death(const std::string& dir) {
   posix::write_all(fd_, line);
 }
 
-void OrphanGuard::watch(pid_t pgid) { send('+', pgid); }
-void OrphanGuard::forget(pid_t pgid) { send('-', pgid); }
+void OrphanGuard::watch(pid_t worker) { send('+', worker); }
+void OrphanGuard::forget(pid_t worker) { send('-', worker); }
 
 }  // namespace dtl::launcher

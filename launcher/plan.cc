@@ -7,8 +7,10 @@
 
 #include <unistd.h>
 
+#include "base/posix.h"
 #include "config/accelerate.h"
 #include "config/text.h"
+#include "launcher/failure.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/spawn.h"
 
@@ -75,7 +77,8 @@ bool LaunchPlan::writes_log_files() const {
     for (const auto& [rank, streams] : s.per_rank) set |= streams != config::Streams::none;
     return set;
   };
-  return any(redirects) || any(tee) || console_filter.has_value();
+  return any(redirects) || any(tee) || console_filter.has_value() || !stdout_filters.empty() ||
+         !stderr_filters.empty();
 }
 
 bool is_multi_node(const config::LaunchOptions& o) {
@@ -114,11 +117,34 @@ std::optional<Error> plan_command(const config::LaunchOptions& o, const config::
     if (o.module) plan.argv.push_back("-m");
     plan.argv.push_back(o.program);
   }
+  if (o.local_rank_arg != config::LaunchOptions::LocalRankArg::none) {
+    // torch.distributed.launch's spelling follows the torch the workers import: 2.x --local-rank.
+    bool underscore = o.local_rank_arg == config::LaunchOptions::LocalRankArg::underscore;
+    if (!underscore) {
+      const std::string python = env("PYTHON_EXEC").value_or("python3");
+      auto exe = host.find_program(python, path_env);
+      auto version = exe ? host.torch_version(*exe) : std::nullopt;
+      underscore = version && version->rfind("1.", 0) == 0;
+    }
+    plan.argv.push_back(underscore ? "--local_rank=${local_rank}" : "--local-rank=${local_rank}");
+  }
   plan.argv.insert(plan.argv.end(), o.program_args.begin(), o.program_args.end());
   return std::nullopt;
 }
 
 }  // namespace
+
+std::optional<std::string> installed_torch_version(const std::string& python) {
+  static const char* kScript =
+      "import importlib.util as u, os, re\n"
+      "s = u.find_spec('torch')\n"
+      "t = open(os.path.join(os.path.dirname(s.origin), 'version.py')).read() if s and s.origin else ''\n"
+      "m = re.search(r'^__version__[^=]*=\\s*[\\'\"]([^\\'\"]+)', t, re.M)\n"
+      "print(m.group(1) if m else '')\n";
+  auto out = posix::run_program({python, "-c", kScript}, std::chrono::seconds(10));
+  if (out.exit_code != 0 || out.lines.empty() || out.lines.front().empty()) return std::nullopt;
+  return out.lines.front();
+}
 
 std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
   LaunchPlan plan;
@@ -170,6 +196,18 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
                              " and picks cuda:LOCAL_RANK (torchrun's behaviour)");
     }
   }
+  if (o.virtual_local_rank && !use_gpus) {
+    // torchrun's: worker N sees the Nth inherited CUDA_VISIBLE_DEVICES entry, else device N
+    const auto inherited = env("CUDA_VISIBLE_DEVICES");
+    const auto listed = inherited ? text::split(*inherited, ',') : std::vector<std::string>{};
+    for (int lr = 0; lr < plan.nproc; ++lr) {
+      if (inherited && lr >= static_cast<int>(listed.size())) {
+        return error("--virtual_local_rank: local_rank " + std::to_string(lr) + " has no GPU in CUDA_VISIBLE_DEVICES=" +
+                     *inherited);
+      }
+      plan.cuda_visible_devices[lr] = inherited ? text::trim(listed[lr]) : std::to_string(lr);
+    }
+  }
   if (o.accelerate.launch) {
     const int cores = host.physical_cores > 0 ? host.physical_cores : physical_core_count(host.cpu_count);
     plan.group.variables = config::accelerate_variables(o, {host.env, current_directory(), plan.nproc, ngpus, cores});
@@ -182,19 +220,31 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   // Where rank 0 listens (on several nodes, the rendezvous says), and who the job is.
   plan.group.master_addr = o.master_addr;
   plan.group.agent_store = o.agent_store;
+  // torchrun 2.x: one node, the static backend and no port given anywhere is --standalone (a free
+  // port, a fresh run id), so that a taken 29500 stops no single-node job.
+  const bool auto_standalone = !o.standalone && !is_multi_node(o) && o.rdzv_backend == "static" &&
+                               o.rdzv_endpoint.empty() && o.source("master_port").kind == config::Source::Kind::default_;
+  const bool standalone = o.standalone || auto_standalone;
   if (!is_multi_node(o)) {
-    int port = o.standalone ? 0 : o.master_port;
+    int port = standalone ? 0 : o.master_port;
     auto reserved = host.reserve_port(o.master_addr, port);
     if (auto* why = std::get_if<std::string>(&reserved)) return error(*why);
     plan.group.master_port = std::get<int>(reserved);
   }
-  plan.group.run_id = (o.standalone && o.run_id == "none") ? random_id() : o.run_id;
+  plan.group.run_id = (standalone && o.run_id == "none") ? random_id() : o.run_id;
   plan.group.role = o.role;
   plan.group.local_world_size = plan.nproc;
   plan.group.world_size = plan.nproc;
   plan.group.max_restarts = o.max_restarts;
 
-  plan.prefix_template = env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or(kDefaultPrefixTemplate);
+  plan.prefix_template = o.log_line_prefix_template;
+  plan.stdout_filters = o.duplicate_stdout_filters;
+  plan.stderr_filters = o.duplicate_stderr_filters;
+  plan.group.virtual_local_rank = o.virtual_local_rank;
+  plan.group.deepspeed_variables = o.deepspeed_variables;
+  std::vector<std::string> signals;
+  for (int sig : o.signals_to_handle) signals.push_back(signal_name(sig));
+  plan.group.signals_to_handle = text::join(signals);
   plan.redirects = o.redirects;
   plan.tee = o.tee;
   plan.console_filter = o.local_ranks_filter;
@@ -202,6 +252,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   plan.log_dir_called = o.source("log_dir").where;
   plan.shutdown_timeout_s = o.shutdown_timeout_s;
   plan.signals = o.signals_to_handle;
+  plan.job_cgroup = o.job_cgroup;
   return plan;
 }
 

@@ -19,6 +19,9 @@
 
 namespace dtl::launcher {
 
+/// Asks `python` which torch it would import, without importing it (about 30 ms).
+std::optional<std::string> installed_torch_version(const std::string& python);
+
 struct HostFacts {
   GpuInventory gpus;
   int cpu_count = 1;
@@ -29,6 +32,8 @@ struct HostFacts {
   std::function<std::optional<std::string>(const std::string& name, const std::string& path_env)> find_program =
       find_executable;
   std::function<bool(const std::string& path)> exists = path_exists;
+  /// The torch version that the interpreter at `python` imports ("2.15.0+cu132"), or nullopt.
+  std::function<std::optional<std::string>(const std::string& python)> torch_version = installed_torch_version;
 };
 
 /// Distinct (package, core) pairs under /sys/devices/system/cpu, as psutil's cpu_count(logical=False);
@@ -43,6 +48,8 @@ struct LaunchPlan {
   GroupEnv group;                   ///< restart_count is filled in per attempt
   std::vector<std::optional<std::string>> cuda_visible_devices;  ///< per local rank
   std::string prefix_template;
+  /// Tee'd lines holding any of these also go to attempt_N/filtered_std{out,err}.log.
+  std::vector<std::string> stdout_filters, stderr_filters;
   config::StreamsSpec redirects;
   config::StreamsSpec tee;
   std::optional<std::set<int>> console_filter;
@@ -50,6 +57,7 @@ struct LaunchPlan {
   std::string log_dir_called = "--log_dir";  ///< what messages call log_dir: the flag, or where it came from
   double shutdown_timeout_s = 30;
   std::vector<int> signals;
+  bool job_cgroup = true;  ///< try to put the workers in a cgroup v2 of their own
   std::vector<std::string> notices;  ///< one-line notes for the user before the start
 
   /// Whether any worker stream goes to a per-rank file (redirects, tee, or hidden by the filter).

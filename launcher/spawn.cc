@@ -4,11 +4,16 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cstdint>
 
 #include <cerrno>
 #include <cstring>
 #include <system_error>
+
+#include "base/posix.h"
 
 namespace dtl::launcher {
 namespace {
@@ -18,18 +23,49 @@ bool is_executable_file(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
 }
 
+/// The kernel's struct clone_args up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+struct CloneArgs {
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+constexpr uint64_t kCloneIntoCgroup = 0x200000000ULL;  // Linux 5.7+
+
+/// fork(), starting the child in the cgroup `cgroup_fd` where one is given (clone3's
+/// CLONE_INTO_CGROUP): moving a running process there instead waits for an RCU grace period, about
+/// 17 ms per worker. `placed` says whether it worked (a seccomp filter may refuse clone3).
+pid_t fork_into(int cgroup_fd, bool& placed) {
+  placed = false;
+  if (cgroup_fd >= 0) {
+    CloneArgs args{};
+    args.flags = kCloneIntoCgroup;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = static_cast<uint64_t>(cgroup_fd);
+    long pid = syscall(SYS_clone3, &args, sizeof args);
+    if (pid >= 0) {
+      placed = true;
+      return static_cast<pid_t>(pid);
+    }
+  }
+  return fork();
+}
+
 /// Only async-signal-safe calls from here on: this runs in the child between fork and exec, with
 /// every signal blocked until the handlers inherited from dtlaunch are reset (a SIGTERM caught by
 /// dtlaunch's handler in the child would reach dtlaunch's own event loop).
-[[noreturn]] void exec_child(const SpawnSpec& spec, pid_t parent, char* const* argv, char* const* envp) {
+[[noreturn]] void exec_child(const SpawnSpec& spec, pid_t parent, bool in_cgroup, char* const* argv,
+                             char* const* envp) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
-  setpgid(0, 0);
+  if (!in_cgroup && spec.cgroup_procs_fd >= 0) {
+    ssize_t ignored = write(spec.cgroup_procs_fd, "0", 1);  // where it fails, the guard's fallback
+    (void)ignored;
+  }
+  setsid();
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int sig = 1; sig < NSIG; ++sig) sigaction(sig, &dfl, nullptr);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  posix::restore_fd_limit_in_child();  // dtlaunch's raised limit is its own, not the worker's
   const int fds[3] = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
   for (int target = 0; target < 3; ++target) {
     if (fds[target] < 0) continue;
@@ -39,6 +75,8 @@ bool is_executable_file(const std::string& path) {
       _exit(127);
     }
   }
+  // As torchrun's Popen(close_fds=True): nothing dtlaunch inherited reaches the workers.
+  close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
   execve(spec.path.c_str(), argv, envp);
   const char* why = strerror(errno);
   const char* parts[] = {"dtlaunch: cannot execute ", spec.path.c_str(), ": ", why, "\n"};
@@ -62,14 +100,17 @@ pid_t spawn_worker(const SpawnSpec& spec) {
   sigset_t all, previous;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &previous);
-  pid_t pid = fork();
-  if (pid == 0) exec_child(spec, parent, argv.data(), envp.data());
+  bool in_cgroup = false;
+  pid_t pid = fork_into(spec.cgroup_fd, in_cgroup);
+  if (pid == 0) exec_child(spec, parent, in_cgroup, argv.data(), envp.data());
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &previous, nullptr);
   if (pid < 0) throw std::system_error(fork_errno, std::generic_category(), "fork");
-  // Also from the parent, so the group exists before anyone signals it (no race with the child).
-  setpgid(pid, pid);
   return pid;
+}
+
+void signal_worker(pid_t worker, int sig) {
+  if (::kill(-worker, sig) != 0 && errno == ESRCH) ::kill(worker, sig);
 }
 
 std::optional<std::string> find_executable(const std::string& name, const std::string& path_env) {

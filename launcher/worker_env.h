@@ -27,6 +27,9 @@ struct GroupEnv {
   int restart_count = 0;
   int max_restarts = 0;
   std::string run_id = "none";
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  ///< TORCHELASTIC_SIGNALS_TO_HANDLE
+  bool virtual_local_rank = false;  ///< LOCAL_RANK=0 for every worker
+  bool deepspeed_variables = false;  ///< CROSS_RANK, CROSS_SIZE, LOCAL_SIZE (deepspeed's launcher)
   /// The config file's env: entries and accelerate's variables, as if inherited: torchrun's
   /// variables above win over them.
   EnvPairs variables;
@@ -44,7 +47,9 @@ struct WorkerSlot {
 /// among the group's variables.
 EnvPairs worker_env(const GroupEnv& group, const WorkerSlot& slot, const config::EnvLookup& inherited);
 
-/// The full "KEY=VALUE" environment for execve: `inherited` (environ-style) with `overlay` on top.
-std::vector<std::string> merge_environ(char* const* inherited, const EnvPairs& overlay);
+/// The full "KEY=VALUE" environment for execve: `inherited` (environ-style) without the `withheld`
+/// variables (dtlaunch's secrets), with `overlay` on top.
+std::vector<std::string> merge_environ(char* const* inherited, const EnvPairs& overlay,
+                                       const std::vector<std::string>& withheld = {});
 
 }  // namespace dtl::launcher

@@ -16,6 +16,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "config/flags.h"
 #include "launcher/console.h"
 #include "launcher/failure.h"
 #include "launcher/line_prefixer.h"
@@ -66,6 +67,9 @@ struct WorkerGroup::Impl {
     std::unique_ptr<LinePrefixer> prefixer;  ///< set when the stream goes to the console
     int console_fd = -1;
     int file_fd = -1;
+    int filtered_fd = -1;  ///< the attempt's filtered_std*.log, for tee'd lines that match a filter
+    const std::vector<std::string>* filters = nullptr;
+    size_t prefix_size = 0;
     bool open = false;
     bool paused = false;  ///< not read until the console drains (the worker waits on its own writes)
     std::array<char, 1 << 16> buf;
@@ -88,7 +92,10 @@ struct WorkerGroup::Impl {
        Callbacks callbacks)
       : io(io), console(console), plan(plan), logs(logs), guard(guard), callbacks(std::move(callbacks)),
         stop_timer(io), drain_timer(io) {}
-  ~Impl() { console.forget(io); }
+  ~Impl() {
+    console.forget(io);
+    close_filtered();
+  }
 
   asio::io_context& io;
   Console& console;
@@ -108,6 +115,9 @@ struct WorkerGroup::Impl {
   bool drain_armed = false;
   bool wrote_files = false;
   std::string scratch;
+  const std::string host = posix::host_name();
+  int filtered_fds[3] = {-1, -1, -1};  ///< this attempt's filtered_stdout.log and filtered_stderr.log
+  const std::vector<std::string> withheld = config::secret_variables();
 
   // ---- starting ----
 
@@ -119,7 +129,11 @@ struct WorkerGroup::Impl {
     for (auto& w : workers) retired.push_back(std::move(w));
     workers.clear();
     int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    close_filtered();
     try {
+      const auto attempt_dir = logs.rank_dir(group.restart_count, 0).parent_path();
+      if (!plan.stdout_filters.empty()) filtered_fds[1] = open_log(attempt_dir / "filtered_stdout.log");
+      if (!plan.stderr_filters.empty()) filtered_fds[2] = open_log(attempt_dir / "filtered_stderr.log");
       for (int lr = 0; lr < plan.nproc; ++lr) workers.push_back(start_worker(group, lr, devnull));
     } catch (const std::exception& e) {
       spdlog::error("cannot start worker {}: {}", workers.size(), e.what());
@@ -142,8 +156,12 @@ struct WorkerGroup::Impl {
 
     WorkerSlot slot{lr, w->error_file, plan.cuda_visible_devices[lr]};
     SpawnSpec spec{plan.exec_path, substitute_local_rank(plan.argv, lr),
-                   merge_environ(environ, worker_env(group, slot, config::process_env())), child_fds[0],
+                   merge_environ(environ, worker_env(group, slot, config::process_env()), withheld), child_fds[0],
                    child_fds[1], child_fds[2]};
+    if (const JobCgroup* cgroup = guard.cgroup()) {
+      spec.cgroup_fd = cgroup->dir_fd();
+      spec.cgroup_procs_fd = cgroup->procs_fd();
+    }
     w->pid = spawn_worker(spec);
     w->running = true;
     guard.watch(w->pid);
@@ -172,7 +190,13 @@ struct WorkerGroup::Impl {
     s.open = true;
     s.file_fd = file_fd;
     s.console_fd = which;
-    s.prefixer = std::make_unique<LinePrefixer>(expand_prefix(plan.prefix_template, group.role, lr, w.rank));
+    const std::string prefix = expand_prefix(plan.prefix_template, group.role, lr, w.rank, host);
+    s.prefixer = std::make_unique<LinePrefixer>(prefix);
+    if (has(plan.tee.for_rank(lr), which) && filtered_fds[which] >= 0) {
+      s.filtered_fd = filtered_fds[which];
+      s.filters = which == 1 ? &plan.stdout_filters : &plan.stderr_filters;
+      s.prefix_size = prefix.size();
+    }
     return p[1];
   }
 
@@ -209,6 +233,33 @@ struct WorkerGroup::Impl {
       scratch.clear();
       s.prefixer->feed(std::string_view(s.buf.data(), n), scratch);
       console.write(s.console_fd, scratch);
+      duplicate_filtered(s);
+    }
+  }
+
+  /// torchrun's duplicate filters: each prefixed line whose text holds a filter word goes to the
+  /// attempt's filtered file too.
+  void duplicate_filtered(const Stream& s) {
+    if (s.filtered_fd < 0) return;
+    for (size_t start = 0; start < scratch.size();) {
+      size_t end = scratch.find('\n', start);
+      end = end == std::string::npos ? scratch.size() : end + 1;
+      std::string_view line(scratch.data() + start, end - start);
+      std::string_view text = line.substr(std::min(s.prefix_size, line.size()));
+      for (const auto& word : *s.filters) {
+        if (text.find(word) != std::string_view::npos) {
+          posix::write_all(s.filtered_fd, line);
+          break;
+        }
+      }
+      start = end;
+    }
+  }
+
+  void close_filtered() {
+    for (int& fd : filtered_fds) {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
     }
   }
 
@@ -217,6 +268,7 @@ struct WorkerGroup::Impl {
       scratch.clear();
       s.prefixer->finish(scratch);
       console.write(s.console_fd, scratch);
+      duplicate_filtered(s);
     }
     boost::system::error_code ignored;
     s.pipe.close(ignored);
@@ -260,7 +312,7 @@ struct WorkerGroup::Impl {
   void signal_workers(int sig) {
     for (auto& w : workers) {
       if (!w->running) continue;
-      ::kill(-w->pid, sig);
+      signal_worker(w->pid, sig);
       w->signalled = true;
     }
   }
@@ -319,10 +371,11 @@ struct WorkerGroup::Impl {
     });
   }
 
-  /// SIGKILLs what is left in the workers' process groups and every adopted orphan; true while
-  /// any of them is still alive.
+  /// SIGKILLs what is left in the workers' process groups and every adopted orphan (whatever group
+  /// or session it moved to, it comes to dtlaunch, the subreaper); true while any is still alive.
+  /// Not cgroup.kill: on Linux 6.18 a process cloned into the cgroup after one is killed at birth.
   bool kill_stragglers() {
-    for (auto& w : workers) ::kill(-w->pid, SIGKILL);
+    for (auto& w : workers) signal_worker(w->pid, SIGKILL);
     bool any = false;
     for (pid_t pid : child_processes()) {
       if (pid == guard.pid()) continue;

@@ -1,5 +1,7 @@
 #include "rendezvous/client.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <deque>
 
@@ -34,6 +36,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   bool over = false;  ///< Exit, refusal or error: nothing more is expected
   Clock::time_point deadline, last_heard, last_sent;
   std::string last_connect_error;
+  int sheds = 0;  ///< connections the server closed before answering
+  unsigned generation = 0;  ///< which connection handlers belong to
 
   void start() {
     deadline = Clock::now() + opts.connect_timeout;
@@ -68,6 +72,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   }
 
   void on_connected() {
+    // Asio opens sockets without close-on-exec: the workers would hold the rendezvous connection.
+    // (Workers start only after a round, so none was forked while it connected.)
+    ::fcntl(sock.native_handle(), F_SETFD, FD_CLOEXEC);
     boost::system::error_code ignored;
     sock.set_option(tcp::no_delay(true), ignored);
     connected = true;
@@ -78,8 +85,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   }
 
   void read() {
-    sock.async_read_some(asio::buffer(buf), [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
-      if (self->over) return;
+    sock.async_read_some(asio::buffer(buf), [self = shared_from_this(), gen = generation](
+                                                const boost::system::error_code& ec, size_t n) {
+      if (self->over || gen != self->generation) return;
+      if (ec && self->shed()) return;
       if (ec) {
         return self->fail(ec == asio::error::eof ? "the rendezvous server closed the connection"
                                                  : "lost the rendezvous server: " + ec.message(),
@@ -95,6 +104,27 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       if (err) return self->fail("bad frame from the rendezvous server: " + err->what, false);
       if (!self->over) self->read();
     });
+  }
+
+  /// The server closed the connection before answering the hello: it sheds connections that have
+  /// not proven the token when too many are open (an attack, or a burst of nodes on one address).
+  /// Connect again, more slowly each time, until the connect deadline. True when it will.
+  bool shed() {
+    if (shake.phase != ClientHandshake::Phase::hello_sent || Clock::now() >= deadline) return false;
+    boost::system::error_code ignored;
+    heartbeat_timer.cancel();
+    sock.close(ignored);
+    connected = writing = false;
+    out.clear();
+    decoder = FrameDecoder{};
+    ++generation;
+    const auto pause = std::min(opts.retry_interval * (1 << std::min(sheds, 4)), std::chrono::milliseconds(1000));
+    ++sheds;
+    retry_timer.expires_after(pause);
+    retry_timer.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+      if (!e && !self->over) self->connect();
+    });
+    return true;
   }
 
   /// What the handshake decided: its messages go out, its verdict ends the connection.
@@ -132,9 +162,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       return;
     }
     writing = true;
-    asio::async_write(sock, asio::buffer(out.front()), [self = shared_from_this()](const boost::system::error_code& ec,
-                                                                                  size_t) {
-      if (self->over) return;
+    asio::async_write(sock, asio::buffer(out.front()), [self = shared_from_this(), gen = generation](
+                                                           const boost::system::error_code& ec, size_t) {
+      if (self->over || gen != self->generation) return;  // a connection given up for a new one
       if (ec) return self->fail("lost the rendezvous server: " + ec.message(), false);
       self->out.pop_front();
       self->write();

@@ -1,16 +1,19 @@
 #include "rendezvous/handshake.h"
 
 #include "rendezvous/auth.h"
+#include "rendezvous/printable.h"
 
 namespace dtl::rendezvous {
 
 namespace {
 
-ServerStep refuse(const ServerHandshake& state, std::string why) {
+/// `told` goes to a peer that has not proven the token, so it names nothing of the job (its run
+/// id, the token's source); `logged` is the host's own line, which may.
+ServerStep refuse(const ServerHandshake& state, std::string told, std::string logged) {
   ServerStep step;
   step.next = state;
-  step.send.push_back(Refused{why});
-  step.refused = std::move(why);
+  step.send.push_back(Refused{std::move(told)});
+  step.refused = std::move(logged);
   return step;
 }
 
@@ -46,7 +49,8 @@ ServerStep server_step(const Credentials& server, const ServerHandshake& state, 
     auto* hello = std::get_if<Hello>(&m);
     if (!hello) return drop(state, std::string("expected hello, got ") + message_name(m));
     if (hello->run_id != server.run_id) {
-      return refuse(state, "run id '" + hello->run_id + "' does not match the job's '" + server.run_id + "'");
+      const std::string theirs = "run id '" + printable(hello->run_id) + "' does not match the job's";
+      return refuse(state, theirs + " run id", theirs + " '" + server.run_id + "'");
     }
     step.next = {Phase::challenged, hello->nonce, fresh};
     step.send.push_back(Challenge{fresh, proof(server.token, "server", server.run_id, hello->nonce, fresh)});
@@ -58,13 +62,16 @@ ServerStep server_step(const Credentials& server, const ServerHandshake& state, 
   if (!join) return drop(state, std::string("expected join, got ") + message_name(m));
   const std::string& name = server.token_name;
   if (server.token.empty() && !join->proof.empty()) {
-    return refuse(state, "this node has a " + name + " but the rendezvous has none");
+    return refuse(state, "this node has a token but the rendezvous has none",
+                  "this node has a " + name + " but the rendezvous has none");
   }
   if (!server.token.empty() &&
       !proof_matches(proof(server.token, "client", server.run_id, state.server_nonce, state.client_nonce),
                      join->proof)) {
-    return refuse(state, join->proof.empty() ? "authentication required: this node has no " + name
-                                             : "authentication failed: wrong " + name);
+    return join->proof.empty()
+               ? refuse(state, "authentication required: this node has no token",
+                        "authentication required: this node has no " + name)
+               : refuse(state, "authentication failed: wrong token", "authentication failed: wrong " + name);
   }
   step.next.phase = Phase::joined;
   step.joined = *join;
@@ -84,7 +91,8 @@ ClientStep client_start(const Credentials& client, const Nonce& nonce) {
 }
 
 ClientStep client_step(const Credentials& client, const ClientHandshake& state, const Message& m, const Join& join) {
-  if (auto* refusal = std::get_if<Refused>(&m)) return refused(state, refusal->reason);
+  // Before the server's proof, anyone may have answered: its reason is printed made harmless.
+  if (auto* refusal = std::get_if<Refused>(&m)) return refused(state, printable(refusal->reason, kMaxRefusal));
   const bool session = std::holds_alternative<Round>(m) || std::holds_alternative<Stop>(m) ||
                        std::holds_alternative<Exit>(m) || std::holds_alternative<Heartbeat>(m);
   ClientStep step;

@@ -27,11 +27,18 @@ struct ServerHandshake {
   Nonce client_nonce{}, server_nonce{};
 };
 
+/// A refusal's reason as a client prints it: longer ones are cut.
+inline constexpr size_t kMaxRefusal = 1000;
+
 /// What the server does with one message from a peer that has not joined yet.
 struct ServerStep {
   ServerHandshake next;
+  /// What a peer that has not proven the token is told names nothing of the job: not its run id,
+  /// not where the host's token came from.
   std::vector<Message> send;
-  std::optional<std::string> refused;  ///< a Refused with this reason is in `send`: close once it is out
+  /// A Refused is in `send`: close once it is out. This is why, for the host's log (it may name the
+  /// job's run id, and the peer's text in it is printable()).
+  std::optional<std::string> refused;
   std::optional<std::string> dropped;  ///< the peer broke the protocol: close without a word
   std::optional<Join> joined;          ///< authenticated: this join goes to the round
 };

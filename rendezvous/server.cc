@@ -1,5 +1,8 @@
 #include "rendezvous/server.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -11,6 +14,8 @@
 #include <spdlog/spdlog.h>
 
 #include "rendezvous/auth.h"
+#include "rendezvous/peer_log.h"
+#include "rendezvous/printable.h"
 
 namespace dtl::rendezvous {
 namespace asio = boost::asio;
@@ -19,6 +24,7 @@ using tcp = asio::ip::tcp;
 namespace {
 
 constexpr const char* kClosed = "connection closed";
+constexpr size_t kMaxLogLine = 8192;
 
 /// One peer. Reads are small (joins are ~200 bytes) so thousands of nodes stay cheap.
 struct Conn {
@@ -26,17 +32,36 @@ struct Conn {
   tcp::socket sock;
   NodeId id;
   ServerHandshake shake;
+  bool member = false;   ///< proved the token (or there is none) and joined: never counted against the caps
   bool closing = false;  ///< nothing more is read; the socket closes once the queue is written
   FrameDecoder decoder;
   std::array<uint8_t, 2048> buf;
   std::optional<Bytes> first;  ///< with a shared port: the bytes read until they say whose they are
   std::deque<Bytes> out;
   bool writing = false;
-  std::string peer;
-  Clock::time_point connected, last_heard, last_sent;
+  std::string peer;    ///< its address, for the log
+  std::string source;  ///< what the caps count it under
+  Clock::time_point last_heard, last_sent;
   int frames = 0;  ///< in this heartbeat interval
   bool joined() const { return !closing && shake.phase == ServerHandshake::Phase::joined; }
 };
+
+/// accept() failed for want of descriptors or memory: trying again at once would fail again.
+bool out_of_resources(const boost::system::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
+         ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+}
+
+/// Asio opens and accepts sockets without close-on-exec: without it every worker the hosting agent
+/// starts would hold the listening socket and each peer's connection.
+void close_on_exec(int fd) { ::fcntl(fd, F_SETFD, FD_CLOEXEC); }
+
+/// The descriptors this process may open (its soft limit now).
+uint64_t fd_limit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return 1 << 20;
+  return files.rlim_cur;
+}
 
 }  // namespace
 
@@ -46,19 +71,31 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         opts(std::move(o)),
         acceptor(io),
         round(opts.round, Clock::now()),
+        admission(opts.admission ? *opts.admission : admission_limits(fd_limit())),
+        peer_log(opts.peer_log_interval),
         round_timer(io),
         sweep_timer(io),
-        silence_timer(io) {}
+        silence_timer(io),
+        accept_timer(io),
+        peer_log_timer(io) {}
 
   asio::io_context& io;
   ServerOptions opts;
   tcp::acceptor acceptor;
   RoundState round;
+  Admission admission;
+  PeerLog peer_log;
   asio::steady_timer round_timer;
   asio::steady_timer sweep_timer;
   asio::steady_timer silence_timer;  ///< just past the earliest silence limit, when it falls between sweeps
+  asio::steady_timer accept_timer;   ///< out of descriptors: the next accept
+  asio::steady_timer peer_log_timer; ///< the summary of what unauthenticated peers did
+  bool peer_log_armed = false;
   std::map<NodeId, std::shared_ptr<Conn>> conns;
   NodeId next_id = 1;
+  size_t members = 0;
+  ServerStats stats;
+  std::optional<Clock::time_point> warned_out_of_fds;
   bool finished = false;
   bool stopped = false;
   std::function<void()> on_empty;
@@ -74,6 +111,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       ep = found.begin()->endpoint();
     }
     acceptor.open(ep.protocol());
+    close_on_exec(acceptor.native_handle());
     acceptor.set_option(tcp::acceptor::reuse_address(true));
     acceptor.bind(ep, ec);
     if (ec == asio::error::address_in_use) {
@@ -97,31 +135,101 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     stopped = true;
     boost::system::error_code ignored;
     acceptor.close(ignored);
-    round_timer.cancel();
-    sweep_timer.cancel();
-    silence_timer.cancel();
+    for (auto* t : {&round_timer, &sweep_timer, &silence_timer, &accept_timer, &peer_log_timer}) t->cancel();
     for (auto& [id, c] : conns) c->sock.close(ignored);
     conns.clear();
+    if (auto line = peer_log.summary(Clock::now())) spdlog::warn("rendezvous: {}", *line);
   }
 
   void accept() {
     acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket sock) {
-      if (self->stopped) return;
-      if (!ec) self->add(std::move(sock));
-      if (ec != asio::error::operation_aborted) self->accept();
+      if (self->stopped || ec == asio::error::operation_aborted) return;
+      if (!ec) {
+        ++self->stats.accepted;
+        self->add(std::move(sock));
+        return self->accept();
+      }
+      ++self->stats.accept_failures;
+      if (!out_of_resources(ec)) return self->accept();
+      self->out_of_descriptors(ec);
+    });
+  }
+
+  /// accept() found no descriptor (or memory) free: close the oldest stalled unauthenticated
+  /// connection, if there is one, and try again after a pause instead of spinning on the error.
+  void out_of_descriptors(const boost::system::error_code& ec) {
+    const auto now = Clock::now();
+    if (auto oldest = admission.oldest_stale(now)) shed(*oldest, "closed: out of file descriptors");
+    if (!warned_out_of_fds || now - *warned_out_of_fds >= opts.peer_log_interval) {
+      warned_out_of_fds = now;
+      spdlog::warn("rendezvous: cannot accept connections: {}; trying again every {} ms", ec.message(),
+                   opts.accept_backoff.count());
+    }
+    accept_timer.expires_after(opts.accept_backoff);
+    accept_timer.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+      if (!e && !self->stopped) self->accept();
     });
   }
 
   void add(tcp::socket sock) {
+    close_on_exec(sock.native_handle());
     boost::system::error_code ec;
+    auto remote = sock.remote_endpoint(ec);
+    if (ec) return;  // it is gone already; the socket closes here
+    const NodeId id = next_id++;
+    const auto now = Clock::now();
+    const std::string source = source_of(remote.address());
+    auto verdict = admission.arrive(id, source, now);
+    if (verdict.evicted) shed(*verdict.evicted, "closed to make room: it had not finished the handshake");
+    if (!verdict.admitted) {
+      ++stats.shed;
+      sock.close(ec);
+      note_peer(Ending::shed, source,
+                "shed a connection from " + remote.address().to_string() + ": too many connections have not proven the token (" +
+                    std::to_string(admission.from(source)) + " from its address, " + std::to_string(admission.size()) +
+                    " in all)");
+      return;
+    }
     sock.set_option(tcp::no_delay(true), ec);
-    auto c = std::make_shared<Conn>(std::move(sock), next_id++);
-    auto remote = c->sock.remote_endpoint(ec);
-    c->peer = ec ? "?" : remote.address().to_string();
-    c->connected = c->last_heard = c->last_sent = Clock::now();
+    auto c = std::make_shared<Conn>(std::move(sock), id);
+    c->peer = remote.address().to_string();
+    c->source = source;
+    c->last_heard = c->last_sent = now;
     if (opts.shared_port) c->first.emplace();
     conns[c->id] = c;
     read(c);
+  }
+
+  /// Closes an unauthenticated connection to make room (one being refused is closed without
+  /// another line: its refusal was counted).
+  void shed(NodeId id, const std::string& why) {
+    auto it = conns.find(id);
+    if (it == conns.end()) return admission.leave(id);
+    ++stats.shed;
+    auto c = it->second;
+    if (c->closing) return close(c);
+    drop(c, Ending::shed, why);
+  }
+
+  /// One line about a peer that has not proven the token: said now, or counted for the summary.
+  void note_peer(Ending how, const std::string& source, std::string line) {
+    const auto now = Clock::now();
+    if (auto said = peer_log.note(how, source, std::move(line), now)) {
+      if (how == Ending::refused || how == Ending::hung_up) {
+        spdlog::warn("rendezvous: {}", *said);
+      } else {
+        spdlog::info("rendezvous: {}", *said);
+      }
+      return;
+    }
+    if (peer_log_armed) return;
+    peer_log_armed = true;
+    peer_log_timer.expires_at(*peer_log.due());
+    peer_log_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      self->peer_log_armed = false;
+      if (ec || self->stopped) return;
+      if (auto line = self->peer_log.summary(Clock::now())) spdlog::warn("rendezvous: {}", *line);
+    });
   }
 
   void read(const std::shared_ptr<Conn>& c) {
@@ -129,7 +237,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
                                                                                 size_t n) {
       if (self->stopped || c->closing) return;
       if (ec) {
-        self->drop(c, ec == asio::error::eof ? kClosed : ec.message());
+        self->drop(c, Ending::hung_up, ec == asio::error::eof ? kClosed : ec.message());
         return;
       }
       c->last_heard = Clock::now();
@@ -151,7 +259,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         self->handle(c, m);
       }
       if (err) {
-        self->drop(c, "bad frame: " + err->what);
+        self->drop(c, Ending::dropped, "bad frame: " + err->what);
         return;
       }
       if (self->conns.count(c->id) && !c->closing) self->read(c);
@@ -178,7 +286,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
                         if (ec) {
                           c->out.clear();
                           c->writing = false;
-                          if (!c->closing) self->drop(c, "write failed: " + ec.message());
+                          if (!c->closing) self->drop(c, Ending::dropped, "write failed: " + ec.message());
                           else self->close(c);
                           return;
                         }
@@ -187,30 +295,32 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
 
   void close(const std::shared_ptr<Conn>& c) {
+    if (!conns.count(c->id)) return;
     boost::system::error_code ignored;
     c->sock.shutdown(tcp::socket::shutdown_both, ignored);
     c->sock.close(ignored);
     conns.erase(c->id);
-    if (conns.empty() && on_empty) std::exchange(on_empty, nullptr)();
+    admission.leave(c->id);
+    if (c->member && --members == 0 && on_empty) std::exchange(on_empty, nullptr)();
   }
 
   /// A connection of the protocol sharing the port leaves the rendezvous, socket open.
   void hand_over(const std::shared_ptr<Conn>& c) {
     c->closing = true;
     conns.erase(c->id);
+    admission.leave(c->id);
     opts.shared_port->take(std::move(c->sock), std::move(*c->first));
-    if (conns.empty() && on_empty) std::exchange(on_empty, nullptr)();
   }
 
-  /// Stop talking to a peer: what it was in the round is lost.
-  void drop(const std::shared_ptr<Conn>& c, const std::string& why) {
+  /// Stop talking to a peer: what it was in the round is lost. `how` says, for one that had not
+  /// proven the token, how its connection ended.
+  void drop(const std::shared_ptr<Conn>& c, Ending how, const std::string& why) {
     if (!conns.count(c->id)) return;
     const bool joined = c->joined();
-    auto hangup = why == kClosed ? server_hangup(opts.credentials, c->shake) : std::nullopt;
-    if (hangup) {
-      spdlog::warn("rendezvous: {} {}", c->peer, *hangup);
-    } else if (!joined) {
-      spdlog::info("rendezvous: dropped {} before it joined: {}", c->peer, why);
+    if (!c->member) {
+      auto hangup = why == kClosed ? server_hangup(opts.credentials, c->shake) : std::nullopt;
+      note_peer(hangup ? Ending::hung_up : how, c->source,
+                hangup ? c->peer + " " + *hangup : "dropped " + c->peer + " before it joined: " + why);
     }
     c->closing = true;
     // A write in flight still reads the front buffer: its handler, which closing the socket makes
@@ -224,14 +334,20 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void handshake(const std::shared_ptr<Conn>& c, const Message& m) {
     const bool hello = c->shake.phase == ServerHandshake::Phase::hello;
     ServerStep step = server_step(opts.credentials, c->shake, m, hello ? random_nonce() : Nonce{});
-    if (step.dropped) return drop(c, *step.dropped);
+    if (step.dropped) return drop(c, Ending::dropped, *step.dropped);
     c->shake = step.next;
     for (const auto& reply : step.send) send(c, encode(reply));
     if (step.refused) {
-      spdlog::warn("rendezvous: refused {}: {}", c->peer, *step.refused);
+      note_peer(Ending::refused, c->source, "refused " + c->peer + ": " + *step.refused);
       c->closing = true;
     }
-    if (step.joined) apply(round.on_join(c->id, Member{std::move(*step.joined), c->peer}, Clock::now()));
+    if (step.joined) {
+      // Proven: from now on a member, outside the caps, and waited for at the end.
+      admission.leave(c->id);
+      c->member = true;
+      ++members;
+      apply(round.on_join(c->id, Member{std::move(*step.joined), c->peer}, Clock::now()));
+    }
   }
 
   void handle(const std::shared_ptr<Conn>& c, const Message& m) {
@@ -242,11 +358,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (auto* f = std::get_if<Failed>(&m)) return apply(round.on_failed(c->id, f->failures, now));
     if (std::holds_alternative<Stopped>(m)) return apply(round.on_stopped(c->id, now));
     if (std::holds_alternative<Done>(m)) return apply(round.on_done(c->id, now));
-    drop(c, std::string("unexpected ") + message_name(m));
+    drop(c, Ending::dropped, std::string("unexpected ") + message_name(m));
   }
 
   void apply(RoundState::Actions a) {
-    for (const auto& line : a.log) spdlog::info("rendezvous: {}", line);
+    // A member's host name and address are its own text: printed harmless too.
+    for (const auto& line : a.log) spdlog::info("rendezvous: {}", printable(line, kMaxLogLine));
     if (opts.on_round && std::any_of(a.send.begin(), a.send.end(),
                                      [](const auto& s) { return std::holds_alternative<Round>(s.second); })) {
       opts.on_round();
@@ -273,18 +390,28 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     }
   }
 
-  /// Once per heartbeat interval: heartbeats to idle peers, and the silent, slow or flooding dropped.
+  /// Once per heartbeat interval: heartbeats to idle peers; the silent, slow or flooding dropped,
+  /// and those that did not prove the token by the deadline.
   void sweep() {
     sweep_timer.expires_after(opts.liveness.interval);
     sweep_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec || self->stopped) return;
       const auto now = Clock::now();
+      const auto deadline_ms = std::chrono::duration_cast<std::chrono::milliseconds>(self->admission.limits().deadline);
+      for (NodeId id : self->admission.expired(now)) {
+        auto it = self->conns.find(id);
+        if (it == self->conns.end()) {
+          self->admission.leave(id);
+        } else if (it->second->closing) {
+          self->close(it->second);  // its refusal could not be written in all that time
+        } else {
+          self->drop(it->second, Ending::timed_out, "no handshake within " + std::to_string(deadline_ms.count()) + " ms");
+        }
+      }
       std::vector<std::pair<std::shared_ptr<Conn>, std::string>> doomed;
       for (auto& [id, c] : self->conns) {
         if (c->closing) continue;
-        if (!c->joined() && now - c->connected > self->opts.handshake_timeout) {
-          doomed.emplace_back(c, "no handshake within " + std::to_string(self->opts.handshake_timeout.count()) + " ms");
-        } else if (auto silent = self->silence(*c, now)) {
+        if (auto silent = self->silence(*c, now)) {
           doomed.emplace_back(c, *silent);
         } else if (c->frames > self->opts.max_frames_per_interval) {
           doomed.emplace_back(c, "flooding: " + std::to_string(c->frames) + " frames in one heartbeat interval");
@@ -293,7 +420,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         }
         c->frames = 0;
       }
-      for (auto& [c, why] : doomed) self->drop(c, why);
+      for (auto& [c, why] : doomed) self->drop(c, Ending::dropped, why);
       self->sweep();
       self->watch_silence(now);
     });
@@ -325,7 +452,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       for (auto& [id, c] : self->conns) {
         if (auto silent = self->silence(*c, now)) doomed.emplace_back(c, *silent);
       }
-      for (auto& [c, why] : doomed) self->drop(c, why);
+      for (auto& [c, why] : doomed) self->drop(c, Ending::dropped, why);
       self->watch_silence(now);
     });
   }
@@ -337,7 +464,13 @@ Server::Server(asio::io_context& io, ServerOptions options) : impl_(std::make_sh
 }
 Server::~Server() { impl_->shutdown(); }
 int Server::port() const { return impl_->acceptor.local_endpoint().port(); }
-size_t Server::connections() const { return impl_->conns.size(); }
+size_t Server::connections() const { return impl_->members; }
+ServerStats Server::stats() const {
+  ServerStats s = impl_->stats;
+  s.members = impl_->members;
+  s.unauthenticated = impl_->conns.size() - impl_->members;
+  return s;
+}
 bool Server::finished() const { return impl_->finished; }
 int Server::exit_code() const { return impl_->round.exit_code(); }
 void Server::end_job(const std::string& reason) { impl_->apply(impl_->round.on_shutdown(reason)); }
@@ -346,7 +479,7 @@ void Server::when_finished(std::function<void()> done) {
   impl_->on_finished = std::move(done);
 }
 void Server::when_empty(std::function<void()> done) {
-  if (impl_->conns.empty()) return done();
+  if (impl_->members == 0) return done();
   impl_->on_empty = std::move(done);
 }
 

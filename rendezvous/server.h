@@ -1,6 +1,8 @@
 // The rendezvous server: Boost.Asio TCP in the caller's io_context (inside the hosting agent, or
 // `dtlaunch rdzv-server`). It authenticates nodes, feeds RoundState and sends what it decides;
 // a peer that sends garbage, floods, stalls or goes silent loses its connection, nobody else.
+// Peers that have not proven the token get a bounded share of descriptors and time (Admission),
+// and what they do is logged in aggregate (PeerLog), escaped.
 #pragma once
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "rendezvous/admission.h"
 #include "rendezvous/handshake.h"
 #include "rendezvous/round.h"
 
@@ -24,8 +27,14 @@ struct ServerOptions {
   Credentials credentials;  ///< no token: unauthenticated (said once in the log)
   RoundConfig round;
   Liveness liveness;
-  std::chrono::milliseconds handshake_timeout{10000};
+  /// Caps and deadline for connections that have not proven the token; none: from the process's
+  /// fd limit when the server starts (admission_limits).
+  std::optional<AdmissionLimits> admission;
   int max_frames_per_interval = 1000;
+  /// Lines about peers that have not proven the token: at most one per interval.
+  std::chrono::milliseconds peer_log_interval{10000};
+  /// Descriptors ran out (EMFILE): accept again after this, rather than at once.
+  std::chrono::milliseconds accept_backoff{100};
   /// Another protocol on this port (the workers' c10d store): `claims` looks at a connection's first
   /// bytes and says whether they are the other protocol's (nullopt: it needs more); such a
   /// connection goes to `take` with the bytes read so far, and the rendezvous forgets it.
@@ -36,6 +45,15 @@ struct ServerOptions {
   std::optional<SharedPort> shared_port;
   /// Called as a round completes, before any node hears of it: a new worker group is to start.
   std::function<void()> on_round;
+};
+
+/// What the server has done, for tests and benchmarks.
+struct ServerStats {
+  size_t accepted = 0;         ///< connections accepted
+  size_t shed = 0;             ///< closed at once, or later to make room, for the caps
+  size_t accept_failures = 0;  ///< accept() calls that failed (EMFILE and the like)
+  size_t members = 0;          ///< connections that proved the token, now
+  size_t unauthenticated = 0;  ///< connections that have not, now
 };
 
 /// The rendezvous port is taken (by another agent on this machine, often).
@@ -49,12 +67,15 @@ class Server {
   Server(boost::asio::io_context& io, ServerOptions options);
   ~Server();
   int port() const;
+  /// Connections of nodes that proved the token (joined), those still being answered included.
   size_t connections() const;
+  ServerStats stats() const;
   /// The job is over (Exit went out), and the code the nodes were told to exit with.
   bool finished() const;
   int exit_code() const;
-  /// Calls `done` once no connection is left (at once if none is): the hosting agent waits for this
-  /// before leaving, so every node gets its Exit.
+  /// Calls `done` once no node that proved the token is connected (at once if none is): the hosting
+  /// agent waits for this before leaving, so every node gets its Exit. Peers that never proved it
+  /// are not waited for.
   void when_empty(std::function<void()> done);
   /// Calls `done` once the job is over (at once if it is).
   void when_finished(std::function<void()> done);

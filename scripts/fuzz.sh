@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Builds the rendezvous protocol's libFuzzer targets with clang (ASan + UBSan) in build-fuzz/ and
-# runs one for a bounded time: scripts/fuzz.sh [SECONDS] [TARGET] (default 60 s of
-# frame_decoder_fuzz; message_encoder_fuzz checks encode's cutting of oversized messages;
-# store_decoder_fuzz the c10d store's request decoder). Exits
-# non-zero on a finding, leaving the input as build-fuzz/crash-* (replay: build-fuzz/tests/fuzz/TARGET FILE).
+# Builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz/ and runs one for a bounded
+# time: scripts/fuzz.sh [SECONDS] [TARGET] (default 60 s of frame_decoder_fuzz; message_encoder_fuzz
+# checks encode's cutting of oversized messages; config_file_fuzz the config loader, where a run past
+# 10 s or 1 GiB is a finding too; store_decoder_fuzz the c10d store's request decoder). Exits
+# non-zero on a finding, leaving the input as
+# build-fuzz/crash-*, timeout-* or oom-* (replay: build-fuzz/tests/fuzz/TARGET FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
+extra=()
 target="${2:-frame_decoder_fuzz}"
-usage="usage: scripts/fuzz.sh [SECONDS] [frame_decoder_fuzz|message_encoder_fuzz|store_decoder_fuzz]"
+usage="usage: scripts/fuzz.sh [SECONDS] [frame_decoder_fuzz|message_encoder_fuzz|config_file_fuzz|store_decoder_fuzz]"
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "$usage" >&2; exit 2; }
 case "$target" in
   frame_decoder_fuzz) corpus=(tests/fuzz/corpus tests/fuzz/seeds) ;;
   message_encoder_fuzz) corpus=(tests/fuzz/corpus_encoder) ;;
   store_decoder_fuzz) corpus=(tests/fuzz/corpus_store) ;;
+  # relative to build-fuzz/: the corpus that grows, then the committed seeds and the golden files
+  config_file_fuzz) corpus=(tests/fuzz/corpus_config ../tests/fuzz/config_seeds ../tests/golden/config)
+                    extra=(-timeout=10 -rss_limit_mb=1024 -dict=../tests/fuzz/config.dict) ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 
@@ -50,4 +55,4 @@ rm -rf tests/fuzz/seeds
 tests/fuzz/frame_corpus tests/fuzz/seeds
 mkdir -p "${corpus[@]}"
 # The corpus grows across runs in build-fuzz/; findings are written to build-fuzz/.
-exec "tests/fuzz/$target" -max_total_time="$seconds" -max_len=16384 -print_final_stats=1 "${corpus[@]}"
+exec "tests/fuzz/$target" -max_total_time="$seconds" -max_len=16384 -print_final_stats=1 "${extra[@]}" "${corpus[@]}"

@@ -79,7 +79,7 @@ int run(const Prepared& p, launcher::Console& console) {
     return e.exit_code;
   };
   const launcher::LaunchPlan& plan = p.plan;
-  launcher::OrphanGuard guard;
+  launcher::OrphanGuard guard(plan.job_cgroup);
   std::optional<launcher::RunLogDir> run_logs;
   try {
     run_logs.emplace(plan.log_dir, plan.group.run_id, !plan.writes_log_files(), plan.log_dir_called);

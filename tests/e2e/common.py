@@ -96,8 +96,8 @@ def write_allreduce_script(directory):
 class Running:
     """A dtlaunch started in the background, whose output is read as it arrives."""
 
-    def __init__(self, args, env):
-        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def __init__(self, args, env, **popen_args):
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen_args)
         self.out = b""
         self.err = b""
 

@@ -30,15 +30,16 @@ VENV = os.environ.get("DTL_ACCELERATE_VENV", os.path.expanduser("~/.cache/dtlaun
 TORCHRUN_CONTRACT = {"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
                      "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-                     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+                     "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+                     "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
 # Variables where dtlaunch differs from torch 2.x's torchrun, which accelerate runs; each with its reason.
 KNOWN = {
     # dtlaunch's rank 0 serves the workers' store itself (README, "What each worker gets").
     "TORCHELASTIC_USE_AGENT_STORE": ("True", "False"),
 }
-# torchrun 2.x variables that dtlaunch does not give yet: issue 11's torchrun-2.x part. Should
-# dtlaunch give one, its value must be torchrun's.
-NOT_YET = {"TORCHELASTIC_SIGNALS_TO_HANDLE"}
+# torchrun 2.x variables that dtlaunch does not give yet. Should dtlaunch give one, its value must
+# be torchrun's.
+NOT_YET = set()
 
 
 def free_port():

@@ -28,6 +28,16 @@ class BadInput(LaunchTest):
                    "--nproc_per_node=gpu but no GPU is visible (none found through NVML or nvidia-smi; "
                    "--fake_gpus N pretends to have N)")
 
+    def test_a_run_id_too_long_for_a_file_name_is_bad_input_and_leaves_no_folder(self):
+        tmpdir = os.path.join(self.tmp, "tmp")
+        os.mkdir(tmpdir)
+        r = self.launch(f"--run_id={'j' * 300}", "--master_port=0", "--no_python", "true",
+                        env=self.env(TMPDIR=tmpdir))
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        self.assertRegex(r.stderr, r"^dtlaunch: error: --run_id: expected at most 248 bytes")
+        self.assertEqual(os.listdir(tmpdir), [])
+
     def test_a_missing_program(self):
         self.check(["--no_python", "no-such-program-xyz"], "program 'no-such-program-xyz' not found in PATH", 127)
 

@@ -2,6 +2,7 @@
 precedence rule (flag > variable > file > default), --print_config, and bad files (exit 2, nothing run)."""
 import os
 import re
+import resource
 import subprocess
 
 from common import DTLAUNCH, LaunchTest, main, parse_env
@@ -159,6 +160,68 @@ class ConfigFiles(LaunchTest):
         r = self.launch("--config_file", os.path.join(self.tmp, "missing.yaml"), *self.worker("env"))
         self.assertEqual((r.returncode, r.stderr), (2, f"dtlaunch: error: --config_file: cannot read "
                                                        f"'{self.tmp}/missing.yaml': No such file or directory\n"))
+
+    def bounded(self, *args, cwd=None):
+        """dtlaunch with 256 MiB of address space and 10 s: a parse that grows without bound ends in
+        bad_alloc (or the timeout) at once, instead of eating the machine."""
+        def limit():
+            resource.setrlimit(resource.RLIMIT_AS, (256 << 20, 256 << 20))
+        return subprocess.run([DTLAUNCH, *args], env=self.env(), cwd=cwd or self.tmp, capture_output=True, text=True,
+                              timeout=10, stdin=subprocess.DEVNULL, preexec_fn=limit)
+
+    def test_a_one_byte_file_that_yaml_cpp_0_7_loops_on_is_a_syntax_error_in_bounded_memory(self):
+        # yaml-cpp 0.7's issue #1040: `,` starts no node, and LoadAll added empty documents until bad_alloc.
+        cases = {",": "c.yaml:1:1: YAML syntax error: unexpected ','",
+                 "--- ,": "c.yaml:1:5: YAML syntax error: unexpected ','",
+                 "\n\n ,\n": "c.yaml:3:2: YAML syntax error: unexpected ','"}
+        for text, message in cases.items():
+            with self.subTest(text=text):
+                self.write("c.yaml", text)
+                r = self.bounded("--config_file", "c.yaml", "--print_config")
+                self.assertEqual((r.returncode, r.stderr, r.stdout), (2, f"dtlaunch: error: {message}\n", ""))
+                r = self.bounded("config", "validate", "c.yaml")
+                self.assertEqual((r.returncode, r.stderr), (2, f"dtlaunch: error: {message}\n"))
+        # The default file, on any launch.
+        self.write("home/.config/dtlaunch/default_config.yaml", ",")
+        r = self.bounded(*self.worker("env"))
+        self.assertEqual((r.returncode, r.stderr),
+                         (2, f"dtlaunch: error: {self.home}/.config/dtlaunch/default_config.yaml:1:1: YAML syntax "
+                             "error: unexpected ','\n"))
+
+    def test_a_file_past_256_kib_and_a_value_past_16_kib_are_refused_naming_where(self):
+        self.write("big.yaml", "log_dir: " + "x" * 3_000_000 + "\n")
+        r = self.bounded("--config_file", "big.yaml", "--print_config")
+        self.assertEqual((r.returncode, r.stderr), (2, "dtlaunch: error: --config_file: cannot read 'big.yaml': "
+                                                       "larger than 256 KiB, too large for a config file\n"))
+        r = self.bounded("--config_file", "/dev/zero", "--print_config")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.write("long.yaml", "role: a\nlog_dir: " + "x" * 20000 + "\n")
+        r = self.bounded("--config_file", "long.yaml", "--print_config")
+        self.assertEqual((r.returncode, r.stderr), (2, "dtlaunch: error: long.yaml:2:10: log_dir: expected a value of "
+                                                       "at most 16384 bytes, got 20000\n"))
+
+    def test_print_config_prints_a_long_value_once_not_once_per_line(self):
+        # Every line was padded to the longest value: a 100 kB value printed 9 MB.
+        r = self.bounded("--print_config", "--log_dir=" + "x" * 100_000)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertLess(len(r.stdout), 110_000)
+        self.assertIn("\nnnodes: 1                                         # default\n", r.stdout)
+
+    def test_a_map_inside_itself_through_an_alias_is_named_in_a_warning_not_a_crash(self):
+        # Looking for set values recursed through the alias until the stack overflowed (SIGSEGV).
+        self.write("self.yaml", "distributed_type: MULTI_GPU\nl1: &l1 {a: 0, b: *l1}\n")
+        r = self.bounded("--config_file", "self.yaml", "--print_config", "--fake_gpus=2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stderr.startswith("dtlaunch: warning: self.yaml: ignoring l1 ("), r.stderr)
+
+    def test_a_value_with_a_newline_or_an_escape_gives_a_one_line_error(self):
+        self.write("nl.yaml", 'max_restarts: "1\\n\\e[2J"\n')
+        r = self.bounded("--config_file", "nl.yaml", "--print_config")
+        self.assertEqual((r.returncode, r.stderr), (2, "dtlaunch: error: nl.yaml:1:15: max_restarts: expected an "
+                                                       "integer >= 0, got '1\\n\\x1b[2J'\n"))
+        r = self.bounded("--max_restarts=1\nforged line", "--print_config")
+        self.assertEqual((r.returncode, r.stderr), (2, "dtlaunch: error: --max_restarts: expected an integer >= 0 "
+                                                       "(got '1\\nforged line')\n"))
 
 
 if __name__ == "__main__":

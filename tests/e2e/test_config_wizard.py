@@ -114,6 +114,17 @@ class Wizard(LaunchTest):
                              "nothing written\n"))
         self.assert_nothing_written()
 
+    def test_a_nul_byte_in_a_number_is_asked_again_not_an_abort(self):
+        # strtol stopped at the NUL and accepted the answer, then std::stol threw: exit 134.
+        r = self.config("--config_file", self.path, "--fake_gpus=0", answers="\n\n\0\n")
+        self.assertIn("  expected plain text, got '\\x00'; please answer again\n", r.stdout)
+        self.assertEqual((r.returncode, r.stderr),
+                         (1, "dtlaunch: error: config: the input ended before every question was answered; "
+                             "nothing written\n"))
+        r = self.config("--config_file", self.path, "--fake_gpus=0", answers="\n\n7\0\n8\n\n\n\n\n")
+        self.assertExitCode(r, 0)
+        self.assertIn("master_port: 8\n", self.written())
+
     def test_an_existing_file_is_overwritten_only_when_the_user_says_so(self):
         os.makedirs(os.path.dirname(self.path))
         with open(self.path, "w") as f:
@@ -268,6 +279,21 @@ class WizardOnATerminal(LaunchTest):
         self.wait_for("dtlaunch: config: interrupted; nothing written")
         self.assertEqual(self.proc.wait(timeout=20), 130)
         self.assertEqual(termios.tcgetattr(self.slave), self.cooked)
+        self.assertEqual(os.listdir(self.tmp), [])
+
+    def test_ctrl_c_and_ctrl_d_work_after_an_unfinished_escape_sequence(self):
+        # Alt+[ sends ESC [ alone; the bytes after it were swallowed as its parameters until a letter came.
+        self.start()
+        self.answer("Which kind of machine is this?", "\x1b[\x03")
+        self.wait_for("dtlaunch: config: interrupted; nothing written")
+        self.assertEqual(self.proc.wait(timeout=20), 130)
+        self.assertEqual(termios.tcgetattr(self.slave), self.cooked)
+        self.out = b""
+        self.start()
+        self.answer("Which kind of machine is this?", "\r")
+        self.answer("How many machines will run the job? [1]: ", "\x1b[1;\x04")
+        self.wait_for("the input ended before every question was answered")
+        self.assertEqual(self.proc.wait(timeout=20), 1)
         self.assertEqual(os.listdir(self.tmp), [])
 
     def test_a_signal_while_asking_restores_the_terminal(self):

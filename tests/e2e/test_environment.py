@@ -64,6 +64,15 @@ class Environment(LaunchTest):
         self.assertIn("[default0]:ARG=x y", r.stdout)
         self.assertNotIn("OMP_NUM_THREADS=1 for each worker", r.stderr)
 
+    def test_the_rendezvous_token_never_reaches_the_workers(self):
+        # user code, its subprocesses and any environment dump would hold the job's secret
+        r = self.launch("--master_port=0", "--no_python", "/usr/bin/env",
+                        env=self.env(DTLAUNCH_RDZV_TOKEN="s3cret-a", PET_RDZV_TOKEN="s3cret-b"))
+        self.assertExitCode(r, 0)
+        self.assertIn("[default0]:TORCHELASTIC_RUN_ID=", r.stdout)
+        self.assertNotIn("s3cret", r.stdout)
+        self.assertNotIn("RDZV_TOKEN", r.stdout)
+
     def test_standalone_picks_a_free_port_and_a_random_run_id(self):
         r = self.launch("--standalone", "--nproc_per_node=2", *self.worker("env"))
         self.assertExitCode(r, 0)

@@ -117,6 +117,14 @@ TEST_CASE("rdzv_id is an alias of run_id, and standalone is a flag") {
   CHECK(ok({"--standalone", "t.py"}).standalone);
 }
 
+TEST_CASE("a run id too long to name the log folder is bad input, from either spelling") {
+  CHECK(ok({"--run_id=" + std::string(248, 'j'), "t.py"}).run_id.size() == 248);
+  CHECK(error_of(parse({"--run_id=" + std::string(249, 'j'), "t.py"})) ==
+        "--run_id: expected at most 248 bytes (it names the log folder) (got '" + std::string(249, 'j') + "')");
+  CHECK_THAT(error_of(parse({"--rdzv_id=" + std::string(300, 'j'), "t.py"})),
+             Catch::StartsWith("--rdzv_id: expected at most 248 bytes (it names the log folder) (got 'jjj"));
+}
+
 TEST_CASE("fake gpus come from the flag or DTLAUNCH_FAKE_GPUS") {
   CHECK(*ok({"--fake_gpus=2", "t.py"}).fake_gpus == 2);
   CHECK(*ok({"t.py"}, {{"DTLAUNCH_FAKE_GPUS", "3"}}).fake_gpus == 3);
@@ -235,4 +243,19 @@ TEST_CASE("a command's settings are read as dtlaunch reads them, and the setting
                                             {"--nproc_per_node=2"}, env, none);
   REQUIRE(bad.error);
   CHECK_THAT(bad.error->message, Catch::EndsWith("(see dtlaunch cmd --help)"));
+}
+
+TEST_CASE("torch.distributed.launch's word: --local-rank=N unless --use_env; deepspeed's: --local_rank=N and its variables") {
+  using Arg = LaunchOptions::LocalRankArg;
+  CHECK(ok({"t.py"}).local_rank_arg == Arg::none);
+  CHECK(ok({"torch.distributed.launch", "t.py"}).local_rank_arg == Arg::torch_version);
+  CHECK(ok({"torch.distributed.launch", "--use_env", "t.py"}).local_rank_arg == Arg::none);
+  CHECK(ok({"torch.distributed.launch", "t.py"}).gpu_visibility == GpuVisibility::all);
+  auto ds = ok({"deepspeed", "--num_gpus", "2", "--num_nodes=1", "t.py"});
+  CHECK(ds.local_rank_arg == Arg::underscore);
+  CHECK(ds.deepspeed_variables);
+  CHECK(ds.nproc_per_node.count == 2);
+  CHECK(ok({"deepspeed", "t.py"}).nproc_per_node.kind == NprocSpec::Kind::gpu_or_one);
+  CHECK(ok({"deepspeed", "--no_local_rank", "t.py"}).local_rank_arg == Arg::none);
+  CHECK_FALSE(ok({"--num_gpus=2", "t.py"}).deepspeed_variables);  // the alias alone changes nothing else
 }

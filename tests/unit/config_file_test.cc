@@ -306,9 +306,84 @@ TEST_CASE("yaml_scalar quotes only what would read back differently") {
   CHECK(yaml_scalar("it's: here") == "'it''s: here'");
   CHECK(yaml_scalar("#x") == "'#x'");
   CHECK(yaml_scalar("a b") == "'a b'");
-  for (std::string s : {"no", "yes", "a b", "it's", "-1x", "~", "null", "x: y", "10.0.0.1:29500"}) {
+  CHECK(yaml_scalar("a\nb\x1b\"c\\") == "\"a\\nb\\x1b\\\"c\\\\\"");  // control characters: escaped, in double quotes
+  for (std::string s : {"no", "yes", "a b", "it's", "-1x", "~", "null", "x: y", "10.0.0.1:29500", "a\nb", "\ttab\\n\x1b[2J'\""}) {
     auto parsed = parse_config("env:\n  V: " + yaml_scalar(s) + "\n", "f");
     REQUIRE(std::holds_alternative<ConfigFile>(parsed));
     CHECK(std::get<ConfigFile>(parsed).env.at(0).second.value == s);
   }
+}
+
+namespace {
+
+/// parse_config's error for `yaml`, or "" when it parsed.
+std::string parse_error(const std::string& yaml) {
+  auto parsed = parse_config(yaml, "cfg.yaml");
+  auto* e = std::get_if<dtl::Error>(&parsed);
+  return e ? e->message : "";
+}
+
+}  // namespace
+
+TEST_CASE("a token that starts no node is a syntax error, not a parse that loops until memory runs out") {
+  // yaml-cpp 0.7's issue #1040: each of these made LoadAll add empty documents forever.
+  CHECK(error(",") == "cfg.yaml:1:1: YAML syntax error: unexpected ','");
+  CHECK(error("--- ,") == "cfg.yaml:1:5: YAML syntax error: unexpected ','");
+  CHECK(error("nproc_per_node: 2\n,\n", {"--print_config"}) == "cfg.yaml:2:1: YAML syntax error: end of map not found");
+  CHECK(error("\n\n  ,") == "cfg.yaml:3:3: YAML syntax error: unexpected ','");
+  for (const char* yaml : {",", "--- ,", ",,", "a: 1\n,", "- ,", "]", "}", "a: 1\n]", "--- ]", "? a\n,"}) {
+    INFO(yaml);
+    CHECK_FALSE(parse_error(yaml).empty());
+  }
+}
+
+TEST_CASE("a file larger than 256 KiB is refused, by the parser and by the disk reader") {
+  const std::string big = "# " + std::string(kMaxConfigFileBytes, 'x') + "\n";
+  CHECK(parse_error(big) == "cfg.yaml: " + std::to_string(big.size()) + " bytes, more than a config file may have (262144)");
+  auto read = disk_files()("/dev/zero");
+  CHECK(read.status == FileRead::Status::error);
+  CHECK(read.text == "larger than 256 KiB, too large for a config file");
+}
+
+TEST_CASE("a value longer than 16 KiB is an error that names the key and its line") {
+  const std::string long_value(kMaxValueBytes + 1, 'x');
+  CHECK(error("role: a\nlog_dir: " + long_value + "\n") ==
+        "cfg.yaml:2:10: log_dir: expected a value of at most 16384 bytes, got 16385");
+  CHECK(error("env:\n  A: " + long_value + "\n") == "cfg.yaml:2:6: env: A: expected a value of at most 16384 bytes, got 16385");
+  CHECK(ok("log_dir: " + std::string(kMaxValueBytes, 'x') + "\n").log_dir == std::string(kMaxValueBytes, 'x'));
+}
+
+TEST_CASE("print_config lines up comments only over short lines, so a long value is printed once") {
+  const std::string value(10000, 'x');
+  auto r = parse_with("log_dir: " + value + "\n", {"--print_config"});
+  REQUIRE(r.output.find("log_dir: " + value + "  # cfg.yaml:1:10: log_dir\n") != std::string::npos);
+  CHECK(r.output.size() < value.size() + 10000);
+  CHECK(r.output.find("nnodes: 1                                         # default\n") != std::string::npos);
+}
+
+TEST_CASE("values echoed in errors are escaped, so that every error is one line") {
+  CHECK(error("max_restarts: \"1\\n2\"\n") == "cfg.yaml:1:15: max_restarts: expected an integer >= 0, got '1\\n2'");
+  CHECK(error("max_restarts: \"1\\0\"\n") == "cfg.yaml:1:15: max_restarts: expected an integer >= 0, got '1\\x00'");
+  CHECK(error("\"a\\nb\\e[2J\": 1\n") ==
+        "cfg.yaml:1:1: a\\nb\\x1b[2J: unknown key (the keys are dtlaunch's flag names, see dtlaunch --help, and env)");
+  CHECK(error("role: a\n", {"--max_restarts=x\ny", "t.py"}) == "--max_restarts: expected an integer >= 0 (got 'x\\ny')");
+  CHECK(error("", {"--rdzv_conf=a\x1b", "t.py"}) == "--rdzv_conf: 'a\\x1b' is not key=value");
+  auto r = parse_command_line({"--config_file", "x\ny.yaml", "t.py"}, env_of({}), files_of({}));
+  REQUIRE(r.error);
+  CHECK(r.error->message == "--config_file: cannot read 'x\\ny.yaml': No such file or directory");
+}
+
+TEST_CASE("a map nested in itself through aliases is looked at in bounded time") {
+  // Each level names the one before twice: 2^60 paths, which unset() once walked in full.
+  std::string yaml = "distributed_type: MULTI_GPU\nl0: &l0 {a: 0, b: 0}\n";
+  for (int i = 1; i <= 60; ++i) {
+    yaml += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " {a: *l" + std::to_string(i - 1) + ", b: *l" +
+            std::to_string(i - 1) + "}\n";
+  }
+  auto parsed = parse_config(yaml, "cfg.yaml");
+  REQUIRE(std::holds_alternative<ConfigFile>(parsed));
+  // A map inside itself: unset() recursed until the stack overflowed (found by config_file_fuzz).
+  parsed = parse_config("distributed_type: MULTI_GPU\nl1: &l1 {a: 0, b: *l1}\n", "cfg.yaml");
+  REQUIRE(std::holds_alternative<ConfigFile>(parsed));
+  CHECK(std::get<ConfigFile>(parsed).warnings.at(0).rfind("cfg.yaml: ignoring l1 (", 0) == 0);
 }

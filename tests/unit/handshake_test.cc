@@ -89,11 +89,34 @@ TEST_CASE("without a token on either side the nodes meet unauthenticated, with e
   CHECK(m.verdict.joined->host == "node-a");
 }
 
-TEST_CASE("a hello with another run id is refused, naming both ids") {
+TEST_CASE("a hello with another run id is refused without the job's run id, which only the host's log names") {
   Meeting m = meet(with_token("s3cret", "other"), with_token("s3cret"));
   CHECK(m.challenge.refused == "run id 'other' does not match the job's 'job42'");
-  CHECK(only<Refused>(m.challenge.send).reason == "run id 'other' does not match the job's 'job42'");
+  CHECK(only<Refused>(m.challenge.send).reason == "run id 'other' does not match the job's run id");
   CHECK(m.challenge.next.phase == Phase::hello);
+}
+
+TEST_CASE("a run id that would forge a log line or drive the terminal is escaped in the refusal and the log") {
+  Meeting m = meet(with_token("s3cret", "x\ndtlaunch: info: forged\x1b[2J"), with_token("s3cret"));
+  CHECK(m.challenge.refused == "run id 'x\\ndtlaunch: info: forged\\e[2J' does not match the job's 'job42'");
+  CHECK(only<Refused>(m.challenge.send).reason ==
+        "run id 'x\\ndtlaunch: info: forged\\e[2J' does not match the job's run id");
+}
+
+TEST_CASE("what a peer that has not proven the token is told names neither the job's run id nor the token's source") {
+  Credentials server{"secret-run-7", "s3cret", "--rdzv_token_file /home/alice/.dtl/token"};
+  Join join = sample_join();
+  for (const Bytes& proof_sent : {Bytes{}, Bytes(32, 7)}) {
+    join.proof = proof_sent;
+    ServerStep step = server_step(server, challenged(), join, filled(9));
+    REQUIRE(step.refused);
+    CHECK(step.refused->find("/home/alice") != std::string::npos);  // the host's log says which token
+    const std::string told = only<Refused>(step.send).reason;
+    CHECK(told.find("/home/alice") == std::string::npos);
+    CHECK(told.find("secret-run-7") == std::string::npos);
+  }
+  ServerStep other = server_step(server, {}, Hello{"guess", filled(1)}, filled(2));
+  CHECK(only<Refused>(other.send).reason.find("secret-run-7") == std::string::npos);
 }
 
 TEST_CASE("a client whose token differs finds the server's proof wrong and never sends its join") {
@@ -108,7 +131,7 @@ TEST_CASE("a join whose proof was made with another token is refused: authentica
   join.proof = proof("guess", "client", "job42", filled(2), filled(1));
   ServerStep step = server_step(with_token("s3cret"), challenged(), join, filled(9));
   CHECK(step.refused == "authentication failed: wrong --rdzv_token");
-  CHECK(only<Refused>(step.send).reason == "authentication failed: wrong --rdzv_token");
+  CHECK(only<Refused>(step.send).reason == "authentication failed: wrong token");
   CHECK_FALSE(step.joined);
 }
 
@@ -116,6 +139,7 @@ TEST_CASE("a node without a token is refused by a server that has one: authentic
   Meeting m = meet(with_token(""), with_token("s3cret"));
   CHECK(only<Join>(m.join.send).proof.empty());  // without a token the client cannot check the server
   CHECK(m.verdict.refused == "authentication required: this node has no --rdzv_token");
+  CHECK(only<Refused>(m.verdict.send).reason == "authentication required: this node has no token");
   CHECK_FALSE(m.verdict.joined);
 }
 
@@ -128,6 +152,7 @@ TEST_CASE("a node with a token refuses a server without one, and such a server r
   join.proof = proof("s3cret", "client", "job42", filled(2), filled(1));
   ServerStep step = server_step(with_token(""), challenged(), join, filled(9));
   CHECK(step.refused == "this node has a --rdzv_token but the rendezvous has none");
+  CHECK(only<Refused>(step.send).reason == "this node has a token but the rendezvous has none");
 }
 
 TEST_CASE("a join recorded on one connection is refused on another (replay)") {
@@ -199,6 +224,8 @@ TEST_CASE("a refusal ends the client in any phase; once joined, the session's me
     CHECK(step.forward);
     CHECK(step.send.empty());
   }
+  // Whoever answered (the server's proof is not checked yet) cannot write into this node's console.
+  CHECK(client_step(with_token("s3cret"), hello.next, Refused{"no\n\x1b[2J"}, sample_join()).refused == "no\\n\\e[2J");
   // A second challenge would make a naive client join twice.
   step = client_step(with_token("s3cret"), joined, Challenge{filled(2), {}}, sample_join());
   CHECK(step.failed == "unexpected challenge from the rendezvous server");

@@ -104,10 +104,59 @@ TEST_CASE("a refused setting that came from a variable is named as the user set 
 
 TEST_CASE("the master port is checked, and standalone asks for a free one") {
   Fixture f;
-  CHECK(f.ok({"--no_python", "true"}).group.master_port == 29500);
+  CHECK(f.ok({"--master_port=29500", "--no_python", "true"}).group.master_port == 29500);
+  CHECK(f.ok({"--master_port=29500", "--no_python", "true"}).group.run_id == "none");
   CHECK(f.ok({"--standalone", "--master_port=1234", "--no_python", "true"}).group.master_port == 41000);
   CHECK(f.refused({"--master_port=1", "--no_python", "true"}).message == "port 1 is taken");
   CHECK(f.reserved.back() == std::pair<std::string, int>{"127.0.0.1", 1});
+}
+
+TEST_CASE("one node given no port anywhere is standalone, as torchrun 2.x: a free port and a fresh run id") {
+  Fixture f;
+  auto plan = f.ok({"--no_python", "true"});
+  CHECK(plan.group.master_port == 41000);
+  CHECK(f.reserved.back() == std::pair<std::string, int>{"127.0.0.1", 0});
+  CHECK(plan.group.run_id.size() == 16);
+  CHECK(f.ok({"--run_id=job1", "--no_python", "true"}).group.run_id == "job1");  // a given run id is kept
+  f.env["PET_MASTER_PORT"] = "29500";  // a port given by variable is a port given
+  CHECK(f.ok({"--no_python", "true"}).group.master_port == 29500);
+}
+
+TEST_CASE("virtual_local_rank: LOCAL_RANK 0 everywhere, each worker its own device, as torchrun's") {
+  Fixture f;
+  auto plan = f.ok({"--virtual_local_rank", "--nproc_per_node=2", "--no_python", "true"});
+  CHECK(plan.group.virtual_local_rank);
+  CHECK(plan.cuda_visible_devices == std::vector<std::optional<std::string>>{"0", "1"});
+  f.env["CUDA_VISIBLE_DEVICES"] = "5, 7";
+  f.gpus = discover_gpus(8);
+  CHECK(f.refused({"--virtual_local_rank", "--nproc_per_node=cpu", "--no_python", "true"}).message ==
+        "--virtual_local_rank: local_rank 2 has no GPU in CUDA_VISIBLE_DEVICES=5, 7");
+  CHECK(f.ok({"--virtual_local_rank", "--nproc_per_node=2", "--no_python", "true"}).cuda_visible_devices ==
+        std::vector<std::optional<std::string>>{"5", "7"});
+}
+
+TEST_CASE("the workers learn which signals are forwarded, by torchrun's names") {
+  Fixture f;
+  CHECK(f.ok({"--no_python", "true"}).group.signals_to_handle == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  CHECK(f.ok({"--signals_to_handle=usr1,SIGTERM", "--no_python", "true"}).group.signals_to_handle == "SIGUSR1,SIGTERM");
+}
+
+TEST_CASE("the --local-rank argument goes right after the script, spelled as the machine's torch does") {
+  Fixture f;
+  f.env["PYTHON_EXEC"] = "/bin/sh";  // an interpreter find_program finds; its torch is faked below
+  auto plan_with = [&](std::optional<std::string> version, std::vector<std::string> args) {
+    auto parsed = config::parse_command_line(args, f.lookup());
+    REQUIRE(parsed.options);
+    HostFacts host{f.gpus, 6, f.lookup(), [](const std::string&, int) -> rendezvous::PortResult { return 41000; }};
+    host.exists = [](const std::string&) { return true; };
+    host.torch_version = [version](const std::string&) { return version; };
+    return std::get<LaunchPlan>(make_plan(*parsed.options, host)).argv;
+  };
+  using V = std::vector<std::string>;
+  CHECK(plan_with("2.15.0", {"torch.distributed.launch", "t.py", "--x"}) == V{"/bin/sh", "-u", "t.py", "--local-rank=${local_rank}", "--x"});
+  CHECK(plan_with("1.13.0a0", {"torch.distributed.launch", "t.py"}) == V{"/bin/sh", "-u", "t.py", "--local_rank=${local_rank}"});
+  CHECK(plan_with(std::nullopt, {"torch.distributed.launch", "t.py"}) == V{"/bin/sh", "-u", "t.py", "--local-rank=${local_rank}"});
+  CHECK(plan_with("2.15.0", {"deepspeed", "t.py"}) == V{"/bin/sh", "-u", "t.py", "--local_rank=${local_rank}"});
 }
 
 TEST_CASE("local_rank is substituted in arguments only where written") {

@@ -246,3 +246,48 @@ TEST_CASE("config default writes the detected GPUs without questions") {
         "mixed_precision: 'no'\n"
         "max_restarts: 0\n");
 }
+
+TEST_CASE("a number with a NUL byte or anything after it is asked again, not taken and then thrown on") {
+  // The answer "\0": strtol stopped at the NUL and accepted it, then std::stol threw (exit 134).
+  ScriptedTerminal term({"cpu", "", std::string(1, '\0'), std::string("5\0x", 3), "99999999999999999999", " +7 ",
+                         "1", "bf16", "0", "/tmp/l"});
+  auto a = answered(term, kNoGpu);
+  CHECK(a.main_port == 7);
+  const std::string& t = term.transcript;
+  CHECK(t.find("  expected plain text, got '\\x00'; please answer again\n") != std::string::npos);
+  CHECK(t.find("  expected plain text, got '5\\x00x'; please answer again\n") != std::string::npos);
+  CHECK(t.find("  expected a port from 0 to 65535, got '99999999999999999999'; please answer again\n") !=
+        std::string::npos);
+}
+
+TEST_CASE("answers with control characters are echoed escaped and asked again") {
+  ScriptedTerminal term({"\x1b[2Jcpu", "cpu", "1", "0", "1", "no", "0", "/tmp/a\nb", "/tmp/ok"});
+  auto a = answered(term, kNoGpu);
+  CHECK(a.log_dir == "/tmp/ok");
+  CHECK(term.transcript.find("got '\\x1b[2Jcpu'; please answer again\n") != std::string::npos);
+  CHECK(term.transcript.find("  expected plain text, got '/tmp/a\\nb'; please answer again\n") != std::string::npos);
+}
+
+TEST_CASE("no answer throws out of the wizard, whatever bytes the answers are made of") {
+  const std::vector<std::string> pieces = {"", "0", "1", "2", "-1", "+", "+-1", "65536", "4096", "9223372036854775808",
+                                           "gpu", "cpu", "all", "0,1", "0,,1", ",", ":", "[::1]", "a:b", "host",
+                                           std::string(1, '\0'), "\xff", "\x1b[A", "\n", " ", "multi-gpu", "c10d",
+                                           "no", "1e3", "0x10", "3", "1,3"};
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state >> 33;
+  };
+  for (int run = 0; run < 500; ++run) {
+    std::vector<std::string> answers;
+    for (int i = 0; i < 40; ++i) answers.push_back(pieces[next() % pieces.size()] + pieces[next() % pieces.size()]);
+    ScriptedTerminal term(answers);
+    const MachineFacts machine{static_cast<int>(next() % 5), "fake", "node0"};
+    WizardResult r;
+    REQUIRE_NOTHROW(r = run_wizard(term, machine));
+    if (r.answers) {
+      INFO(term.transcript);
+      loaded(*r.answers);  // whatever was accepted loads back
+    }
+  }
+}

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "config/flags.h"
 #include "launcher/worker_env.h"
 
 using namespace dtl::launcher;
@@ -67,4 +68,11 @@ TEST_CASE("the plan's variables reach the workers as if inherited, and torchrun'
   CHECK(env["OMP_NUM_THREADS"] == "4");  // set by the file: not dtlaunch's default of 1
   CHECK(env["MASTER_PORT"] == "29500");
   CHECK(env.size() == pairs.size());  // each variable once
+}
+
+TEST_CASE("dtlaunch's secrets are withheld from the workers, whatever else they inherit") {
+  char a[] = "PATH=/bin", b[] = "DTLAUNCH_RDZV_TOKEN=s3cret", c[] = "PET_RDZV_TOKEN=s3cret", d[] = "PET_NNODES=2";
+  char* inherited[] = {a, b, c, d, nullptr};
+  auto merged = merge_environ(inherited, {{"RANK", "1"}}, dtl::config::secret_variables());
+  CHECK(merged == std::vector<std::string>{"PATH=/bin", "PET_NNODES=2", "RANK=1"});
 }

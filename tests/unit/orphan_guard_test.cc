@@ -1,0 +1,42 @@
+#include <catch2/catch.hpp>
+
+#include "launcher/job_cgroup.h"
+#include "launcher/orphan_guard.h"
+
+using namespace dtl::launcher;
+
+TEST_CASE("the job's cgroup goes under this process's own, in the cgroup2 mount") {
+  const char* v2 = "24 30 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+                   "30 1 254:1 / / rw,relatime - ext4 /dev/vda rw\n";
+  CHECK(own_cgroup_dir(v2, "0::/user.slice/user-1000.slice/session-2.scope\n") ==
+        "/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope");
+  CHECK(own_cgroup_dir(v2, "0::/\n") == "/sys/fs/cgroup");
+  // a hybrid host: v1 controllers, and the unified hierarchy beside them
+  const char* hybrid = "33 25 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+                       "40 25 0:35 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
+  CHECK(own_cgroup_dir(hybrid, "4:memory:/x\n0::/\n") == "/sys/fs/cgroup/unified");
+}
+
+TEST_CASE("a cgroup2 mount of a subtree holds only the cgroups beneath its root") {
+  const char* sub = "50 40 0:30 /job\\040one /mnt/cg\\040x rw - cgroup2 cgroup2 rw\n";
+  CHECK(own_cgroup_dir(sub, "0::/job one/step\n") == "/mnt/cg x/step");
+  CHECK(own_cgroup_dir(sub, "0::/job one\n") == "/mnt/cg x");
+  CHECK_FALSE(own_cgroup_dir(sub, "0::/other\n"));
+  CHECK_FALSE(own_cgroup_dir(sub, "0::/job oneself\n"));
+}
+
+TEST_CASE("no cgroup v2 entry or mount is no job cgroup") {
+  CHECK_FALSE(own_cgroup_dir("30 1 254:1 / / rw - ext4 /dev/vda rw\n", "0::/\n"));
+  CHECK_FALSE(own_cgroup_dir("24 30 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "1:cpu:/\n"));
+  CHECK_FALSE(own_cgroup_dir("", ""));
+  CHECK_FALSE(own_cgroup_dir("garbage - cgroup2\n", "0::relative\n"));
+}
+
+TEST_CASE("the session is read after the command name, whatever that name holds") {
+  CHECK(stat_session("4242 (sleep) S 1 4242 4242 0 -1 4194560 ...") == 4242);
+  CHECK(stat_session("77 (a) b) (c) R 1 70 71 0") == 71);
+  CHECK(stat_session("77 (with space) S 5 6 7 8") == 7);
+  CHECK_FALSE(stat_session("77 (cut) S 1 2"));
+  CHECK_FALSE(stat_session("no parenthesis"));
+  CHECK_FALSE(stat_session(""));
+}

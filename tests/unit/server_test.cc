@@ -1,0 +1,103 @@
+// The server's defences against peers that never prove the token, on loopback with raw sockets in
+// this process: the io_context runs until what is checked happened, or a bounded time passed.
+#include "rendezvous/server.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <catch2/catch.hpp>
+
+using namespace dtl::rendezvous;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+ServerOptions options(size_t total = 8, size_t per_source = 4) {
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.credentials = {"job42", "s3cret"};
+  o.round.min_nodes = o.round.max_nodes = 2;
+  AdmissionLimits limits;
+  limits.total = total;
+  limits.per_source = per_source;
+  o.admission = limits;
+  return o;
+}
+
+/// Connections that never send a byte, from the given source addresses in turn.
+std::vector<tcp::socket> stalled(asio::io_context& io, int port, int n, std::vector<std::string> sources = {"127.0.0.1"}) {
+  std::vector<tcp::socket> out;
+  for (int i = 0; i < n; ++i) {
+    tcp::socket s(io);
+    s.open(tcp::v4());
+    s.bind({asio::ip::make_address(sources[i % sources.size()]), 0});
+    s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+/// Runs `io` until `done()` holds, for at most `limit`; whether it held.
+template <class Done>
+bool run_until(asio::io_context& io, Done done, std::chrono::milliseconds limit = 5000ms) {
+  const auto deadline = Clock::now() + limit;
+  while (!done() && Clock::now() < deadline) io.run_one_for(10ms);
+  return done();
+}
+
+}  // namespace
+
+TEST_CASE("connections past the caps are closed at once, and stalled ones at the handshake deadline") {
+  asio::io_context io;
+  auto o = options(8, 4);
+  o.admission->deadline = 300ms;
+  o.liveness.interval = 100ms;
+  Server server(io, o);
+  auto socks = stalled(io, server.port(), 20, {"127.0.0.2", "127.0.0.3", "127.0.0.4"});
+  REQUIRE(run_until(io, [&] { return server.stats().accepted == 20; }));
+  CHECK(server.stats().unauthenticated == 8);
+  CHECK(server.stats().shed == 12);
+  REQUIRE(run_until(io, [&] { return server.stats().unauthenticated == 0; }));
+  CHECK(server.connections() == 0);
+}
+
+TEST_CASE("out of file descriptors, the server tries accept() again after a pause instead of spinning") {
+  asio::io_context io;
+  auto o = options();
+  o.accept_backoff = 100ms;
+  Server server(io, o);
+  auto socks = stalled(io, server.port(), 3);  // waiting in the listen backlog: the loop has not run
+  rlimit before{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &before) == 0);
+  rlimit low = before;
+  low.rlim_cur = 64;
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<int> fillers;  // every descriptor under the limit taken
+  for (int fd; (fd = dup(0)) >= 0;) fillers.push_back(fd);
+  const auto started = Clock::now();
+  io.run_for(500ms);
+  const auto failures = server.stats().accept_failures;
+  for (int fd : fillers) close(fd);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &before) == 0);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+  CHECK(failures >= 1);
+  CHECK(failures <= static_cast<size_t>(ms / 100 + 2));  // spinning made ~50,000 a second
+  CHECK(server.stats().accepted == 0);
+  // Descriptors back: the waiting connections are taken.
+  CHECK(run_until(io, [&] { return server.stats().accepted == 3; }));
+}
+
+TEST_CASE("the end of the job waits for the members only, not for peers that never proved the token") {
+  asio::io_context io;
+  Server server(io, options());
+  auto socks = stalled(io, server.port(), 3);
+  REQUIRE(run_until(io, [&] { return server.stats().unauthenticated == 3; }));
+  bool empty = false;
+  server.end_job("test over");
+  server.when_empty([&] { empty = true; });
+  CHECK(empty);
+}
