@@ -1,5 +1,6 @@
 // `dtlaunch rdzv-server`: the rendezvous on its own, for clusters where no training node should
-// host it. Agents reach it with --rdzv_endpoint and --rdzv_conf is_host=0.
+// host it. Agents reach it with --rdzv_endpoint and --rdzv_conf is_host=0. It also serves the
+// workers' c10d store on the same port (the agents' default --agent_store sends their workers there).
 #include <iostream>
 
 #include <boost/asio/io_context.hpp>
@@ -11,6 +12,8 @@
 #include "commands/commands.h"
 #include "config/command_line.h"
 #include "launcher/rdzv_options.h"
+#include "launcher/shared_port.h"
+#include "store/server.h"
 
 namespace dtl::commands {
 namespace {
@@ -62,9 +65,12 @@ std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args,
 }
 
 /// Serves until the job is over, or a signal ends it; returns the job's exit code.
-int serve(const rendezvous::ServerOptions& opts) {
+int serve(rendezvous::ServerOptions opts) {
   posix::raise_fd_limit();  // one descriptor per node
   boost::asio::io_context io;
+  // The agents' workers find their c10d store at the rendezvous endpoint (--agent_store, the default).
+  store::Server store(io);
+  launcher::share_port_with_store(opts, store);
   try {
     rendezvous::Server server(io, opts);
     spdlog::info("rendezvous for job '{}' listening on {}:{}", opts.credentials.run_id,

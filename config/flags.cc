@@ -148,15 +148,20 @@ const std::vector<Flag> kFlags = {
      },
      .accelerate_flag = "machine_rank"},
     {.id = Setting::master_addr, .name = "master_addr", .accelerate_key = "main_process_ip",
-     .default_value = "127.0.0.1", .group = kNodes, .help = "address of the workers' rank 0, which serves the c10d store",
+     .default_value = "127.0.0.1", .group = kNodes, .help = "address of the workers' c10d store (served by dtlaunch; by rank 0 with `--agent_store=false`)",
      .apply = [](const S& t, O& o) { o.master_addr = word(t, "a host name or address"); },
      .accelerate_flag = "main_process_ip"},
     {.id = Setting::master_port, .name = "master_port", .accelerate_key = "main_process_port",
      .default_value = "29500", .group = kNodes,
-     .help = "port of the workers' rank 0 store; `0` picks a free port, and so does one static node given no port "
-             "(torchrun 2.x). A port given and in use is an error before anything starts",
+     .help = "port of the workers' c10d store (several nodes: also the static rendezvous's); `0` picks a free "
+             "port, and so does one static node given no port (torchrun 2.x). A port given and in use is an error "
+             "before anything starts",
      .apply = [](const S& t, O& o) { o.master_port = static_cast<int>(parse_int(t, 0, 65535, "a port in 0..65535")); },
      .accelerate_flag = "main_process_port"},
+    {.id = Setting::agent_store, .name = "agent_store", .default_value = "true", .group = kNodes,
+     .help = "the agent serves the workers' c10d store on `--master_port` (the rendezvous port with `c10d`) and "
+             "workers get `TORCHELASTIC_USE_AGENT_STORE=True`, as torchrun 2.x; `false`: worker rank 0 hosts it",
+     .choices = {"true", "false"}, .apply = [](const S& t, O& o) { o.agent_store = parse_bool(t); }},
     {.id = Setting::standalone, .name = "standalone", .type = Type::switch_, .group = kNodes,
      .help = "single node: a free port for rank 0 and a random run id",
      .apply = [](const S& t, O& o) { o.standalone = parse_bool(t); }},

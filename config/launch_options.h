@@ -88,6 +88,9 @@ struct LaunchOptions {
   bool standalone = false;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  ///< 0: pick a free port
+  /// The agent (group rank 0's, or the rendezvous host's) serves the workers' c10d store on
+  /// master_port or the rendezvous port, as torchrun 2.x; false: worker rank 0 hosts it.
+  bool agent_store = true;
   int max_restarts = 0;
   std::string role = "default";
   bool no_python = false;

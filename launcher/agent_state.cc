@@ -13,13 +13,17 @@ namespace rdzv = dtl::rendezvous;
 namespace {
 
 /// The environment of a round's workers: the plan's, with the ranks and master the round assigned.
-GroupEnv round_env(GroupEnv env, const rdzv::Round& r) {
+GroupEnv round_env(GroupEnv env, const rdzv::Round& r, const AgentConfig& config) {
   env.group_rank = r.group_rank;
   env.group_world_size = r.group_world_size;
   env.base_rank = r.base_rank;
   env.world_size = r.world_size;
   env.master_addr = r.master_addr;
   env.master_port = r.master_port;
+  if (env.agent_store) {
+    env.master_addr = config.store_addr;
+    env.master_port = config.store_port;
+  }
   env.restart_count = r.restart_count;
   return env;
 }
@@ -49,11 +53,12 @@ AgentState::Actions AgentState::on_round(const rdzv::Round& r) {
   Actions a{CancelBarrier{}};
   round_ = r;
   phase_ = Phase::running;
+  GroupEnv env = round_env(config_.group, r, config_);
   a.push_back(Log{Level::info, fmt::format("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart {}",
                                            r.round, r.group_rank, r.group_world_size, r.base_rank,
-                                           r.base_rank + config_.nproc - 1, r.world_size, r.master_addr,
-                                           r.master_port, r.restart_count)});
-  a.push_back(StartGroup{round_env(config_.group, r)});
+                                           r.base_rank + config_.nproc - 1, r.world_size, env.master_addr,
+                                           env.master_port, r.restart_count)});
+  a.push_back(StartGroup{std::move(env)});
   return a;
 }
 

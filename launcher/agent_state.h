@@ -20,6 +20,10 @@ struct AgentConfig {
   int nproc = 1;
   std::string host;  ///< this node's name, on its failure reports
   std::chrono::seconds exit_barrier_timeout{300};
+  /// With group.agent_store: where the workers' store is served (the rendezvous endpoint, which
+  /// every node reaches the same way), instead of the master the round names.
+  std::string store_addr;
+  int store_port = 0;
 };
 
 namespace agent {

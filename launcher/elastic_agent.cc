@@ -15,6 +15,8 @@
 #include "launcher/group_signals.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/ports.h"
+#include "launcher/shared_port.h"
+#include "store/server.h"
 
 namespace dtl::launcher {
 namespace asio = boost::asio;
@@ -34,7 +36,8 @@ class ElasticAgent final : public Runner {
         console(console),
         plan(plan),
         opts(std::move(opts)),
-        state({plan.group, plan.nproc, this->opts.client.join.host, this->opts.exit_barrier_timeout}),
+        state({plan.group, plan.nproc, this->opts.client.join.host, this->opts.exit_barrier_timeout,
+               this->opts.client.host, this->opts.client.port}),
         barrier_timer(io),
         drain_timer(io),
         group(io, console, plan, logs, guard,
@@ -66,6 +69,7 @@ class ElasticAgent final : public Runner {
   asio::steady_timer drain_timer;
   WorkerGroup group;
   GroupSignals signals;
+  std::unique_ptr<store::Server> store;  ///< the workers' store, on the rendezvous's port
   std::unique_ptr<rdzv::Server> server;
   std::unique_ptr<rdzv::Client> client;
 
@@ -76,6 +80,10 @@ class ElasticAgent final : public Runner {
   /// Starts the rendezvous server this node hosts; throws ErrorException when that is bad input
   /// (nothing has started yet).
   void host_rendezvous() {
+    if (plan.group.agent_store) {
+      store = std::make_unique<store::Server>(io);
+      share_port_with_store(*opts.server, *store);
+    }
     try {
       posix::raise_fd_limit();  // one descriptor per node; the workers get the limit back (spawn.cc)
       server = std::make_unique<rdzv::Server>(io, *opts.server);

@@ -219,6 +219,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
 
   // Where rank 0 listens (on several nodes, the rendezvous says), and who the job is.
   plan.group.master_addr = o.master_addr;
+  plan.group.agent_store = o.agent_store;
   // torchrun 2.x: one node, the static backend and no port given anywhere is --standalone (a free
   // port, a fresh run id), so that a taken 29500 stops no single-node job.
   const bool auto_standalone = !o.standalone && !is_multi_node(o) && o.rdzv_backend == "static" &&

@@ -1,10 +1,14 @@
 #include "launcher/supervisor.h"
 
+#include <optional>
+
 #include <spdlog/spdlog.h>
 
+#include "base/error.h"
 #include "launcher/group_signals.h"
 #include "launcher/supervisor_policy.h"
 #include "launcher/worker_group.h"
+#include "store/server.h"
 
 namespace dtl::launcher {
 namespace asio = boost::asio;
@@ -17,11 +21,13 @@ class Supervisor final : public Runner {
              std::string host)
       : io_(io),
         console_(console),
+        plan_(plan),
         group_(io, console, plan, logs, guard, {nullptr, [this](const Group::Result& r) { on_finished(r); }}),
         policy_(group_, plan.group, plan.title, std::move(host)),
         signals_(io, plan.signals, group_, [this](int sig) { log(policy_.on_signal(sig)); }) {}
 
   int run() override {
+    if (plan_.group.agent_store) serve_store();
     policy_.start();
     io_.run();
     return exit_code_;
@@ -29,7 +35,20 @@ class Supervisor final : public Runner {
   bool wrote_log_files() const override { return group_.wrote_log_files(); }
 
  private:
+  /// The workers' store on master_addr:master_port (checked free by the plan), as torchrun 2.x's
+  /// agent serves it; a port taken since is bad input, and nothing has started.
+  void serve_store() {
+    try {
+      store_.emplace(io_);
+      store_->serve(store::listen_on(io_, plan_.group.master_addr, plan_.group.master_port));
+    } catch (const std::runtime_error& e) {
+      throw ErrorException(Error{e.what(), 2});
+    }
+  }
+
   void on_finished(const Group::Result& result) {
+    // Every worker has exited: a restart's group starts on an empty store, its old waits failed.
+    if (store_) store_->reset();
     auto step = policy_.on_finished(result);
     log(step.warnings);
     const auto& end = step.ending;
@@ -46,6 +65,8 @@ class Supervisor final : public Runner {
 
   asio::io_context& io_;
   Console& console_;
+  const LaunchPlan& plan_;
+  std::optional<store::Server> store_;
   WorkerGroup group_;
   SupervisorPolicy policy_;
   GroupSignals signals_;

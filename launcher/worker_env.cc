@@ -34,7 +34,7 @@ EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::Env
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(g.max_restarts)},
       {"TORCHELASTIC_RUN_ID", g.run_id},
       {"TORCHELASTIC_SIGNALS_TO_HANDLE", g.signals_to_handle},
-      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_USE_AGENT_STORE", g.agent_store ? "True" : "False"},
       {"TORCHELASTIC_ERROR_FILE", slot.error_file},
   };
   if (g.deepspeed_variables) {

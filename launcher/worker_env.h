@@ -23,6 +23,7 @@ struct GroupEnv {
   int base_rank = 0;  ///< global rank of this node's local rank 0
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  bool agent_store = false;  ///< TORCHELASTIC_USE_AGENT_STORE: the agent serves the store at master
   int restart_count = 0;
   int max_restarts = 0;
   std::string run_id = "none";

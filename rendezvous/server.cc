@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <optional>
@@ -35,6 +36,7 @@ struct Conn {
   bool closing = false;  ///< nothing more is read; the socket closes once the queue is written
   FrameDecoder decoder;
   std::array<uint8_t, 2048> buf;
+  std::optional<Bytes> first;  ///< with a shared port: the bytes read until they say whose they are
   std::deque<Bytes> out;
   bool writing = false;
   std::string peer;    ///< its address, for the log
@@ -193,6 +195,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     c->peer = remote.address().to_string();
     c->source = source;
     c->last_heard = c->last_sent = now;
+    if (opts.shared_port) c->first.emplace();
     conns[c->id] = c;
     read(c);
   }
@@ -238,8 +241,18 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         return;
       }
       c->last_heard = Clock::now();
+      const uint8_t* data = c->buf.data();
+      if (const auto& shared = self->opts.shared_port; shared && c->first) {
+        c->first->insert(c->first->end(), data, data + n);
+        auto theirs = shared->claims(c->first->data(), c->first->size());
+        if (!theirs) return self->read(c);
+        if (*theirs) return self->hand_over(c);
+        data = c->first->data();
+        n = c->first->size();
+      }
       std::vector<Message> msgs;
-      auto err = c->decoder.feed(c->buf.data(), n, msgs);
+      auto err = c->decoder.feed(data, n, msgs);
+      c->first.reset();
       for (auto& m : msgs) {
         if (c->closing || !self->conns.count(c->id)) return;
         ++c->frames;
@@ -289,6 +302,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     conns.erase(c->id);
     admission.leave(c->id);
     if (c->member && --members == 0 && on_empty) std::exchange(on_empty, nullptr)();
+  }
+
+  /// A connection of the protocol sharing the port leaves the rendezvous, socket open.
+  void hand_over(const std::shared_ptr<Conn>& c) {
+    c->closing = true;
+    conns.erase(c->id);
+    admission.leave(c->id);
+    opts.shared_port->take(std::move(c->sock), std::move(*c->first));
   }
 
   /// Stop talking to a peer: what it was in the round is lost. `how` says, for one that had not
@@ -343,6 +364,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void apply(RoundState::Actions a) {
     // A member's host name and address are its own text: printed harmless too.
     for (const auto& line : a.log) spdlog::info("rendezvous: {}", printable(line, kMaxLogLine));
+    if (opts.on_round && std::any_of(a.send.begin(), a.send.end(),
+                                     [](const auto& s) { return std::holds_alternative<Round>(s.second); })) {
+      opts.on_round();
+    }
     for (auto& [id, msg] : a.send) {
       auto it = conns.find(id);
       if (it != conns.end()) send(it->second, encode(msg));

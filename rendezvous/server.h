@@ -13,6 +13,7 @@
 #include <string>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 
 #include "rendezvous/admission.h"
 #include "rendezvous/handshake.h"
@@ -34,6 +35,16 @@ struct ServerOptions {
   std::chrono::milliseconds peer_log_interval{10000};
   /// Descriptors ran out (EMFILE): accept again after this, rather than at once.
   std::chrono::milliseconds accept_backoff{100};
+  /// Another protocol on this port (the workers' c10d store): `claims` looks at a connection's first
+  /// bytes and says whether they are the other protocol's (nullopt: it needs more); such a
+  /// connection goes to `take` with the bytes read so far, and the rendezvous forgets it.
+  struct SharedPort {
+    std::function<std::optional<bool>(const uint8_t* data, size_t size)> claims;
+    std::function<void(boost::asio::ip::tcp::socket, std::vector<uint8_t>)> take;
+  };
+  std::optional<SharedPort> shared_port;
+  /// Called as a round completes, before any node hears of it: a new worker group is to start.
+  std::function<void()> on_round;
 };
 
 /// What the server has done, for tests and benchmarks.

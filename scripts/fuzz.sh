@@ -2,18 +2,20 @@
 # Builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz/ and runs one for a bounded
 # time: scripts/fuzz.sh [SECONDS] [TARGET] (default 60 s of frame_decoder_fuzz; message_encoder_fuzz
 # checks encode's cutting of oversized messages; config_file_fuzz the config loader, where a run past
-# 10 s or 1 GiB is a finding too). Exits non-zero on a finding, leaving the input as
+# 10 s or 1 GiB is a finding too; store_decoder_fuzz the c10d store's request decoder). Exits
+# non-zero on a finding, leaving the input as
 # build-fuzz/crash-*, timeout-* or oom-* (replay: build-fuzz/tests/fuzz/TARGET FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 extra=()
 target="${2:-frame_decoder_fuzz}"
-usage="usage: scripts/fuzz.sh [SECONDS] [frame_decoder_fuzz|message_encoder_fuzz|config_file_fuzz]"
+usage="usage: scripts/fuzz.sh [SECONDS] [frame_decoder_fuzz|message_encoder_fuzz|config_file_fuzz|store_decoder_fuzz]"
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "$usage" >&2; exit 2; }
 case "$target" in
   frame_decoder_fuzz) corpus=(tests/fuzz/corpus tests/fuzz/seeds) ;;
   message_encoder_fuzz) corpus=(tests/fuzz/corpus_encoder) ;;
+  store_decoder_fuzz) corpus=(tests/fuzz/corpus_store) ;;
   # relative to build-fuzz/: the corpus that grows, then the committed seeds and the golden files
   config_file_fuzz) corpus=(tests/fuzz/corpus_config ../tests/fuzz/config_seeds ../tests/golden/config)
                     extra=(-timeout=10 -rss_limit_mb=1024 -dict=../tests/fuzz/config.dict) ;;

@@ -10,7 +10,7 @@ packages=(
   libtorch-dev libgloo-dev   # dtl-train, the reference worker (CPU build with Gloo)
   libopenblas0-pthread   # libtorch's CPU matrix products: Debian's default reference BLAS is ~20x slower
   libssl-dev   # HMAC for the authenticated rendezvous
-  iproute2 procps
+  iproute2 procps nftables   # network namespaces, and their firewall (test_netns.py)
   dpkg-dev python3-venv   # the .deb's Depends (dpkg-shlibdeps) and the pip wheel's build (scripts/package.sh)
 )
 

@@ -57,6 +57,22 @@ def have_torch():
     return subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed"], capture_output=True).returncode == 0
 
 
+
+def torch_pythons():
+    """[(label, python)] of the torches there are: Debian's 1.13 (/usr/bin/python3) and a 2.x from
+    $DTL_TORCH2_PYTHON, else accelerate's venv ($DTL_ACCELERATE_VENV, else
+    ~/.cache/dtlaunch/venv-accelerate), each only when `import torch.distributed` works there."""
+    venv = os.environ.get("DTL_ACCELERATE_VENV", os.path.expanduser("~/.cache/dtlaunch/venv-accelerate"))
+    found = []
+    for python in ["/usr/bin/python3", os.environ.get("DTL_TORCH2_PYTHON", ""), os.path.join(venv, "bin/python")]:
+        if not python or not os.path.exists(python) or any(p == python for _, p in found):
+            continue
+        r = subprocess.run([python, "-c", "import torch, torch.distributed; print(torch.__version__)"],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            found.append((f"torch {r.stdout.strip()}", python))
+    return found
+
 # A real PyTorch worker: a gloo process group from dtlaunch's environment, and an allreduce of rank+1
 # (3 workers: sum=6).
 ALLREDUCE_SCRIPT = """

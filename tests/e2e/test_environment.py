@@ -30,7 +30,7 @@ class Environment(LaunchTest):
             self.assertEqual(env["TORCHELASTIC_RESTART_COUNT"], "0")
             self.assertEqual(env["TORCHELASTIC_MAX_RESTARTS"], "2")
             self.assertEqual(env["TORCHELASTIC_RUN_ID"], "job7")
-            self.assertEqual(env["TORCHELASTIC_USE_AGENT_STORE"], "False")
+            self.assertEqual(env["TORCHELASTIC_USE_AGENT_STORE"], "True")
             self.assertEqual(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1")
             self.assertEqual(env["OMP_NUM_THREADS"], "1")
             self.assertEqual(env["CUDA_VISIBLE_DEVICES"], "<unset>")

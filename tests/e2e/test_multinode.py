@@ -159,13 +159,17 @@ class MultiNode(LaunchTest):
         before = nodes[0].err.decode()  # each junk connection was closed by the host before the loop went on
         self.assertNotIn("lost", before)
         self.assertNotIn("stopping", before)
+        # the port is shared with the workers' store: bytes no rendezvous frame starts with are its
+        for code in (255, 71):
+            self.assertIn(f"store: dropped 127.0.0.1: not torch's store protocol: unknown query type {code}", before)
         for n in nodes:
             n.proc.send_signal(signal.SIGTERM)
         r0 = nodes[0].finish()
         nodes[1].finish()
         self.assertEqual(r0.stdout.count("ready rank"), 1)  # no restart happened
-        self.assertRegex(r0.stderr, r"rendezvous: 3 more connections from peers that did not prove the token ended in "
-                                    r"the last \d+ s: 3 broke the protocol; from 127\.0\.0\.1\n")
+        # (the two the store took are not the rendezvous's to count)
+        self.assertRegex(r0.stderr, r"rendezvous: 1 more connection from peers that did not prove the token ended in "
+                                    r"the last \d+ s: 1 broke the protocol; from 127\.0\.0\.1\n")
 
     def test_a_node_joining_an_elastic_job_below_max_restarts_it_bigger_without_spending_a_restart(self):
         first = self.elastic("1:2", "--rdzv_conf=last_call_timeout=0.2", *self.worker("pause"))

@@ -15,7 +15,7 @@ import sys
 import time
 import unittest
 
-from common import DTLAUNCH, LaunchTest, Running, have_torch, main, write_allreduce_script
+from common import DTLAUNCH, LaunchTest, Running, have_torch, main, torch_pythons, write_allreduce_script
 
 PREFIX = f"dtl{os.getpid()}"
 NODES = "abc"
@@ -87,6 +87,17 @@ def note(text):
 
 
 _ports = itertools.count(29400)
+
+# A worker that needs nothing but the c10d store: torch's env:// rendezvous (what
+# init_process_group uses), a key per rank, a wait for all of them. No gloo, whose own ports a
+# one-port firewall closes too.
+STORE_ONLY_SCRIPT = r"""
+import datetime, os, torch.distributed as dist
+store, rank, world = next(dist.rendezvous("env://", timeout=datetime.timedelta(seconds=10)))
+store.set(f"rank{rank}", "here")
+store.wait([f"rank{r}" for r in range(world)])
+print(f"rank {rank} of {world} met through {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
+"""
 
 
 @unittest.skipIf(why_no_netns(), why_no_netns())
@@ -200,6 +211,67 @@ class NetNS(LaunchTest):
             self.assertIn(", restart 1\n", results[n].stderr)
         self.assertRegex(results["a"].stderr, rf"stopping the round: rank 3 on \S+ \({re.escape(ADDR['b'])}\) failed")
         self.assertIn("rendezvous: restarting the workers (1 of 1 restarts)", results["a"].stderr)
+
+    # --- one open port: the workers' store on the master port ---------------------------------------
+
+    def only_master_port_open(self):
+        """In every namespace, TCP from the network is dropped unless it goes to the master port (a
+        firewalled cluster, or a Kubernetes NetworkPolicy naming one port)."""
+        if not shutil.which("nft"):
+            self.skipTest("nftables' 'nft' is not installed (scripts/setup.sh installs it)")
+        for n in NODES:
+            rules = (f"table inet dtl {{\n chain input {{\n type filter hook input priority 0; policy accept;\n"
+                     f" ct state established,related accept\n"
+                     f" iifname \"eth0\" tcp dport != {self.port} drop\n }}\n}}\n")
+            r = subprocess.run(["ip", "netns", "exec", NS[n], "nft", "-f", "-"], input=rules, text=True,
+                               capture_output=True, timeout=30)
+            if r.returncode != 0:
+                self.skipTest(f"cannot set a firewall in the namespaces (nft): {r.stderr.strip()}")
+            self.addCleanup(subprocess.run, ["ip", "netns", "exec", NS[n], "nft", "delete", "table", "inet", "dtl"],
+                            capture_output=True, timeout=30)
+
+    def store_job(self, *args, c10d=False):
+        """Two static nodes (a, b) of two workers that meet through the workers' c10d store alone
+        (torch's env:// rendezvous, then a key per rank), with the last torch found."""
+        pythons = torch_pythons()
+        if not pythons:
+            self.skipTest("no python with torch")
+        script = os.path.join(self.tmp, "store_only.py")
+        with open(script, "w") as f:
+            f.write(STORE_ONLY_SCRIPT)
+        env = self.env(PYTHON_EXEC=pythons[-1][1])
+        nodes = {}
+        for n in "ab":
+            meet = ([f"--rdzv_backend=c10d", f"--rdzv_endpoint={ADDR['a']}:{self.port}", "--rdzv_id=netjob"] if c10d
+                    else [f"--node_rank={NODES.index(n)}", f"--master_addr={ADDR['a']}", f"--master_port={self.port}"])
+            nodes[n] = self.agent(n, "--nnodes=2", "--nproc_per_node=2", *meet, f"--local_addr={ADDR[n]}", *args,
+                                  script, env=env)
+            self.addCleanup(self.kill_if_running, nodes[n])
+        return {n: r.finish(timeout=120) for n, r in nodes.items()}
+
+    def test_with_only_the_master_port_open_the_workers_meet_through_the_agent_store(self):
+        self.only_master_port_open()
+        results = self.store_job()
+        for r in results.values():
+            self.assertExitCode(r, 0)
+        for rank in range(4):
+            self.assertIn(f"rank {rank} of 4 met through {ADDR['a']}:{self.port}",
+                          results["ab"[rank // 2]].stdout)
+
+    def test_with_only_the_rendezvous_port_open_c10d_workers_meet_through_the_agent_store(self):
+        self.only_master_port_open()
+        results = self.store_job(c10d=True)
+        for r in results.values():
+            self.assertExitCode(r, 0)
+        out = results["a"].stdout + results["b"].stdout
+        for rank in range(4):
+            self.assertIn(f"rank {rank} of 4 met through {ADDR['a']}:{self.port}", out)
+
+    def test_with_only_the_master_port_open_rank_0_hosting_the_store_cannot_form(self):
+        self.only_master_port_open()
+        results = self.store_job("--agent_store=false")
+        self.assertNotEqual(results["b"].returncode, 0)
+        self.assertNotIn("met through", results["b"].stdout)
 
     @unittest.skipUnless(have_torch(), "Debian's python3-torch is not installed (scripts/setup.sh installs it)")
     def test_a_pytorch_gloo_allreduce_spans_the_three_namespaces(self):

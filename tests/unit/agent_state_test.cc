@@ -296,3 +296,32 @@ TEST_CASE("an Exit while the group stops for the round turns the stop into leavi
   CHECK(words(s.on_group_finished(success, 0)) ==
         W{"error: the job failed: node-c was lost and the job cannot go on without it", "leave 1"});
 }
+
+TEST_CASE("with the agent store the workers' master is the rendezvous endpoint, not the round's") {
+  AgentConfig c = config();
+  c.group.agent_store = true;
+  c.store_addr = "rdzv.example";
+  c.store_port = 29400;
+  AgentState s(c);
+  auto actions = s.on_round(round(1));
+  const StartGroup* start = nullptr;
+  for (const auto& a : actions) {
+    if (auto* st = std::get_if<StartGroup>(&a)) start = st;
+  }
+  REQUIRE(start);
+  CHECK(start->env.master_addr == "rdzv.example");
+  CHECK(start->env.master_port == 29400);
+  CHECK(start->env.agent_store);
+  CHECK(words(actions)[1] == "info: round 1: node 1 of 2, ranks 2..3 of 4, master rdzv.example:29400, restart 0");
+}
+
+TEST_CASE("without the agent store the workers' master is the round's") {
+  AgentState s(config());
+  for (const auto& a : s.on_round(round(1))) {
+    if (auto* st = std::get_if<StartGroup>(&a)) {
+      CHECK(st->env.master_addr == "10.0.0.1");
+      CHECK(st->env.master_port == 29500);
+      CHECK_FALSE(st->env.agent_store);
+    }
+  }
+}

@@ -35,6 +35,8 @@ TEST_CASE("ranks are the node's base rank plus the local rank") {
   CHECK(env["TORCHELASTIC_ERROR_FILE"] == "/x/error.json");
   CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
   CHECK(env.count("CUDA_VISIBLE_DEVICES") == 0);
+  g.agent_store = true;
+  CHECK(as_map(worker_env(g, WorkerSlot{}, none()))["TORCHELASTIC_USE_AGENT_STORE"] == "True");
 }
 
 TEST_CASE("OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING default only when not inherited") {

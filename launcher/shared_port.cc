@@ -1,0 +1,18 @@
+#include "launcher/shared_port.h"
+
+namespace dtl::launcher {
+
+void share_port_with_store(rendezvous::ServerOptions& server, store::Server& store) {
+  server.shared_port = rendezvous::ServerOptions::SharedPort{
+      [](const uint8_t* data, size_t size) -> std::optional<bool> {
+        auto v = store::classify(data, size);
+        if (v == store::Verdict::need_more) return std::nullopt;
+        return v == store::Verdict::store;
+      },
+      [&store](boost::asio::ip::tcp::socket sock, std::vector<uint8_t> first) {
+        store.adopt(std::move(sock), std::move(first));
+      }};
+  server.on_round = [&store] { store.reset(); };
+}
+
+}  // namespace dtl::launcher

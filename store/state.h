@@ -1,0 +1,68 @@
+// The store's contents and waits, as plain data: requests go in, replies come out addressed to a
+// client id, so every rule (compare_set's odd answers, waits woken by key, queues) is tested
+// without sockets. Waits are found by key, never by scanning the waiters.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "store/protocol.h"
+
+namespace dtl::store {
+
+using ClientId = uint64_t;
+
+struct StateLimits {
+  uint64_t max_bytes = 1ull << 30;  ///< keys and values together; past it a write drops its client
+  size_t max_waits_per_client = 64; ///< torch's clients have one; 1.13's after a timeout, a few
+};
+
+/// Bytes for one client.
+struct Outgoing {
+  ClientId to;
+  std::string bytes;
+};
+
+class StoreState {
+ public:
+  explicit StoreState(StateLimits limits = {}) : limits_(limits) {}
+  /// Carries out `r` for `from`: its reply, and STOP_WAITING for each wait it completed, go to
+  /// `out`. An error (a full store, add on a value that is no number): drop `from`.
+  std::optional<std::string> handle(ClientId from, Request& r, std::vector<Outgoing>& out);
+  /// `c` hung up: its waits go.
+  void forget(ClientId c);
+  /// A new worker group: every key, queue and wait goes, and the memory with them.
+  void clear();
+
+  size_t keys() const { return kv_.size(); }
+  uint64_t bytes() const { return bytes_; }
+  size_t waits() const { return waits_.size(); }
+  /// Keys that some wait is registered on (for tests: nothing lingers).
+  size_t awaited_keys() const { return waiting_.size(); }
+
+ private:
+  struct Wait {
+    ClientId client;
+    size_t remaining;
+    std::vector<std::string> keys;  ///< those it is registered on
+  };
+  bool ready(const std::string& key) const;
+  std::optional<std::string> put(const std::string& key, std::string value);
+  void wake(const std::string& key, std::vector<Outgoing>& out, bool just_one = false);
+  void drop_wait(uint64_t id, const std::string* except_key);
+
+  StateLimits limits_;
+  std::unordered_map<std::string, std::string> kv_;
+  std::unordered_map<std::string, std::deque<std::string>> queues_;
+  uint64_t bytes_ = 0;
+  uint64_t next_wait_ = 1;
+  std::unordered_map<uint64_t, Wait> waits_;
+  std::unordered_map<std::string, std::vector<uint64_t>> waiting_;  ///< key -> waits, oldest first
+  std::unordered_map<ClientId, std::vector<uint64_t>> by_client_;
+};
+
+}  // namespace dtl::store
