@@ -105,11 +105,15 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string& why) {
     why = "cannot create " + path + ": " + std::strerror(errno);
     return nullptr;
   }
+  int err = 0;
   int dir = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) err = errno;
   int procs = ::open((path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  if (procs < 0 && err == 0) err = errno;
   const bool killable = ::access((path + "/cgroup.kill").c_str(), W_OK) == 0;  // Linux 5.14+
+  if (!killable && err == 0) err = errno;
   if (dir < 0 || procs < 0 || !killable) {
-    why = std::string(!killable ? "no cgroup.kill in " : "cannot open ") + path + ": " + std::strerror(errno);
+    why = std::string(!killable ? "no cgroup.kill in " : "cannot open ") + path + ": " + std::strerror(err);
     for (int fd : {dir, procs}) {
       if (fd >= 0) ::close(fd);
     }

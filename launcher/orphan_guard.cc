@@ -3,9 +3,11 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -54,9 +56,16 @@ int kill_sessions(const std::set<pid_t>& sessions) {
   setsid();
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2}) signal(sig, SIG_IGN);
   // Hold nothing of dtlaunch's: pipes held open here would delay EOF for the workers' readers.
-  close_range(0, 1, 0);
-  if (fd > 3) close_range(3, static_cast<unsigned>(fd) - 1, 0);
-  close_range(static_cast<unsigned>(fd) + 1, ~0u, 0);
+  // (close_range is Linux 5.9+; before, each descriptor up to the limit.)
+  const auto close_from_to = [](unsigned first, unsigned last) {
+    if (first > last || close_range(first, last, 0) == 0) return;
+    rlimit files{};
+    const rlim_t top = getrlimit(RLIMIT_NOFILE, &files) == 0 ? std::min<rlim_t>(files.rlim_cur, 1 << 16) : 1024;
+    for (rlim_t f = first; f <= last && f < top; ++f) close(static_cast<int>(f));
+  };
+  close_from_to(0, 1);
+  if (fd > 3) close_from_to(3, static_cast<unsigned>(fd) - 1);
+  close_from_to(static_cast<unsigned>(fd) + 1, ~0u);
   std::set<pid_t> workers;
   std::string dir;
   char buf[4096];
@@ -113,10 +122,19 @@ std::optional<pid_t> stat_session(std::string_view stat) {
 OrphanGuard::OrphanGuard(bool use_cgroup) {
   if (use_cgroup) cgroup_ = JobCgroup::create(cgroup_note_);
   const std::string cgroup_path = cgroup_ ? cgroup_->path() : "";
+  const auto give_up = [&](const char* what) {
+    const int err = errno;
+    if (cgroup_) remove_cgroup(cgroup_->path(), std::chrono::milliseconds(0));
+    throw std::system_error(err, std::generic_category(), what);
+  };
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
+  if (pipe2(fds, O_CLOEXEC) != 0) give_up("pipe");
   pid_ = fork();
-  if (pid_ < 0) throw std::system_error(errno, std::generic_category(), "fork");
+  if (pid_ < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    give_up("fork");
+  }
   if (pid_ == 0) {
     close(fds[1]);
     guard_main(fds[0], cgroup_path);

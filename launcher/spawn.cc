@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include <cerrno>
@@ -75,10 +77,15 @@ pid_t fork_into(int cgroup_fd, bool& placed) {
       _exit(127);
     }
   }
-  // As torchrun's Popen(close_fds=True): nothing dtlaunch inherited reaches the workers.
-  close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
+  // As torchrun's Popen(close_fds=True): nothing dtlaunch inherited reaches the workers. Before
+  // Linux 5.11 close_range cannot mark, so each descriptor up to the (restored) limit is.
+  if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
+    rlimit files{};
+    const rlim_t top = getrlimit(RLIMIT_NOFILE, &files) == 0 ? std::min<rlim_t>(files.rlim_cur, 1 << 16) : 1024;
+    for (int fd = 3; fd < static_cast<int>(top); ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
   execve(spec.path.c_str(), argv, envp);
-  const char* why = strerror(errno);
+  const char* why = strerrordesc_np(errno);  // no locale, no allocation: this child may not take locks
   const char* parts[] = {"dtlaunch: cannot execute ", spec.path.c_str(), ": ", why, "\n"};
   for (const char* p : parts) {
     ssize_t ignored = write(2, p, strlen(p));

@@ -375,7 +375,8 @@ struct WorkerGroup::Impl {
   /// or session it moved to, it comes to dtlaunch, the subreaper); true while any is still alive.
   /// Not cgroup.kill: on Linux 6.18 a process cloned into the cgroup after one is killed at birth.
   bool kill_stragglers() {
-    for (auto& w : workers) signal_worker(w->pid, SIGKILL);
+    // The workers are reaped: their pids may be anyone's now, their groups only theirs while they last.
+    for (auto& w : workers) ::kill(-w->pid, SIGKILL);
     bool any = false;
     for (pid_t pid : child_processes()) {
       if (pid == guard.pid()) continue;

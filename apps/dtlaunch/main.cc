@@ -73,13 +73,12 @@ std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, cons
 }
 
 /// Runs the workers (the supervisor, or this node's agent) and keeps or removes the log folder.
-int run(const Prepared& p, launcher::Console& console) {
+int run(const Prepared& p, launcher::Console& console, launcher::OrphanGuard& guard) {
   const auto fail = [&](const Error& e) {
     console.write(2, error_line(e));
     return e.exit_code;
   };
   const launcher::LaunchPlan& plan = p.plan;
-  launcher::OrphanGuard guard(plan.job_cgroup);
   std::optional<launcher::RunLogDir> run_logs;
   try {
     run_logs.emplace(plan.log_dir, plan.group.run_id, !plan.writes_log_files(), plan.log_dir_called);
@@ -128,6 +127,14 @@ int main(int argc, char** argv) {
     std::cout << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
     return 0;
   }
+  // The guard is forked while dtlaunch is still one thread: the process it becomes allocates.
+  std::unique_ptr<launcher::OrphanGuard> guard;
+  try {
+    guard = std::make_unique<launcher::OrphanGuard>(parsed.options->job_cgroup);
+  } catch (const std::exception& e) {
+    std::cerr << error_line(Error{e.what(), 1});
+    return 1;
+  }
   // From here on everything dtlaunch and its workers print goes through the console's own thread,
   // so a console that stops reading cannot stall the event loop (signals, exits, the rendezvous).
   launcher::Console console;
@@ -143,7 +150,7 @@ int main(int argc, char** argv) {
       console.write(2, error_line(*err));
       return err->exit_code;
     }
-    return run(std::get<Prepared>(prepared), console);
+    return run(std::get<Prepared>(prepared), console, *guard);
   } catch (const std::exception& e) {
     console.write(2, error_line(Error{e.what(), 1}));
     return 1;
