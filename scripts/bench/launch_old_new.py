@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Two dtlaunch builds (and the new one with --job_cgroup=0), 150 launches of 4 `true` workers each,
-interleaved so that load from others falls on all alike. Edit the two paths below."""
+interleaved so that load from others falls on all alike.
+
+  scripts/bench/launch_old_new.py NEW_DTLAUNCH OLD_DTLAUNCH
+"""
 import subprocess, time, statistics, sys
-new="/work/main/build/apps/dtlaunch/dtlaunch"; old="/work/old/build/apps/dtlaunch/dtlaunch"
-cases=[("old 43d1b63",[old,"--nproc_per_node=4","--master_port=0","--no_python","true"]),
+new, old = sys.argv[1], sys.argv[2]
+cases=[("old",[old,"--nproc_per_node=4","--master_port=0","--no_python","true"]),
        ("new, job cgroup",[new,"--nproc_per_node=4","--master_port=0","--no_python","true"]),
        ("new, --job_cgroup=0",[new,"--job_cgroup=0","--nproc_per_node=4","--master_port=0","--no_python","true"])]
 ts={n:[] for n,_ in cases}
