@@ -80,12 +80,14 @@ class ElasticAgent final : public Runner {
   /// Starts the rendezvous server this node hosts; throws ErrorException when that is bad input
   /// (nothing has started yet).
   void host_rendezvous() {
+    // One descriptor per node, and the store sizes its connection cap from the limit: raised
+    // before either starts. The workers get the limit back (spawn.cc).
+    posix::raise_fd_limit();
     if (plan.group.agent_store) {
       store = std::make_unique<store::Server>(io);
       share_port_with_store(*opts.server, *store);
     }
     try {
-      posix::raise_fd_limit();  // one descriptor per node; the workers get the limit back (spawn.cc)
       server = std::make_unique<rdzv::Server>(io, *opts.server);
       spdlog::info("hosting the rendezvous on {}:{}", opts.server->host, server->port());
     } catch (const rdzv::PortInUse& e) {

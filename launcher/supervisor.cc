@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/error.h"
+#include "base/posix.h"
 #include "launcher/group_signals.h"
 #include "launcher/supervisor_policy.h"
 #include "launcher/worker_group.h"
@@ -39,6 +40,8 @@ class Supervisor final : public Runner {
   /// agent serves it; a port taken since is bad input, and nothing has started.
   void serve_store() {
     try {
+      // Before the store sizes its connection cap from the limit; workers get theirs back (spawn.cc).
+      posix::raise_fd_limit();
       store_.emplace(io_);
       store_->serve(store::listen_on(io_, plan_.group.master_addr, plan_.group.master_port));
     } catch (const std::runtime_error& e) {

@@ -1,8 +1,14 @@
 #include "store/server.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <array>
+#include <optional>
 #include <unordered_map>
 
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
@@ -19,12 +25,70 @@ struct Conn {
   ClientId id;
   RequestDecoder decoder;
   std::array<uint8_t, 1024> buf;
+  std::string source;    ///< the peer's address, for max_per_address
   std::string pending;   ///< replies not yet handed to the socket
   std::string inflight;  ///< what async_write is writing
   bool writing = false;
   bool closed = false;
   size_t counted = 0;  ///< decoder.buffered() as last added to Impl::buffered
 };
+
+/// accept() failed for want of descriptors or memory: retrying at once would spin.
+bool out_of_resources(const boost::system::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
+         ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+}
+
+/// Asio opens and accepts sockets without close-on-exec: without it every worker the hosting agent
+/// starts would hold the store's listening socket and its clients' connections.
+void close_on_exec(int fd) { ::fcntl(fd, F_SETFD, FD_CLOEXEC); }
+
+/// max_connections when not given: half the descriptors this process may open.
+size_t connections_from_fd_limit() {
+  constexpr size_t kMost = 65536;
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return kMost;
+  return std::clamp<size_t>(files.rlim_cur / 2, 1, kMost);
+}
+
+/// Lines about refused and dropped clients, at most one per interval, so that a flood of bad
+/// connections cannot flood the agent's console: the first after a quiet interval is said in
+/// full; the rest are counted and their number said with the next line or at close. (The
+/// rendezvous's PeerLog does this with a timer, but store/ imports nothing above base/.)
+class DropLog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit DropLog(Clock::duration interval) : interval_(interval) {}
+  void note(const std::string& line) {
+    const auto now = Clock::now();
+    if (last_ && now - *last_ < interval_) {
+      ++held_;
+      return;
+    }
+    flush();
+    spdlog::warn("store: {}", line);
+    last_ = now;
+  }
+  void flush() {
+    if (held_ == 0) return;
+    spdlog::warn("store: {} more refused or dropped connections, or failed accepts, since the last line", held_);
+    held_ = 0;
+  }
+
+ private:
+  Clock::duration interval_;
+  std::optional<Clock::time_point> last_;
+  size_t held_ = 0;
+};
+
+ServerOptions derived(ServerOptions o) {
+  if (o.max_connections == 0) o.max_connections = connections_from_fd_limit();
+  if (o.max_per_address == 0) {
+    o.max_per_address = std::max(o.max_connections / 2, std::min<size_t>(o.max_connections, 4096));
+  }
+  o.state.max_value = o.limits.max_value;
+  return o;
+}
 
 }  // namespace
 
@@ -39,6 +103,7 @@ tcp::acceptor listen_on(asio::io_context& io, const std::string& host, int port)
   }
   tcp::acceptor acceptor(io);
   acceptor.open(ep.protocol());
+  close_on_exec(acceptor.native_handle());
   acceptor.set_option(tcp::acceptor::reuse_address(true));
   acceptor.bind(ep, ec);
   if (ec) {
@@ -50,35 +115,64 @@ tcp::acceptor listen_on(asio::io_context& io, const std::string& host, int port)
 }
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
-  Impl(asio::io_context& io, ServerOptions o) : io(io), opts(std::move(o)), state(opts.state) {}
+  Impl(asio::io_context& io, ServerOptions o)
+      : io(io), opts(derived(std::move(o))), state(opts.state), accept_timer(io), log(opts.log_interval) {}
 
   asio::io_context& io;
   ServerOptions opts;
   StoreState state;
   std::optional<tcp::acceptor> acceptor;
+  asio::steady_timer accept_timer;  ///< the pause after accept() ran out of descriptors
+  DropLog log;
+  ServerStats stats;
   std::unordered_map<ClientId, std::shared_ptr<Conn>> conns;
+  std::unordered_map<std::string, size_t> per_address;  ///< connections now, by source address
   ClientId next_id = 1;
   uint64_t buffered = 0;
+  uint64_t unsent = 0;  ///< replies not yet written, all clients
   bool stopped = false;
   std::vector<Request> requests;  ///< reused between reads
   std::vector<Outgoing> outgoing;
 
   void accept() {
     acceptor->async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket sock) {
-      if (self->stopped) return;
-      if (!ec) self->add(std::move(sock), {});
-      if (ec != asio::error::operation_aborted) self->accept();
+      if (self->stopped || ec == asio::error::operation_aborted) return;
+      if (!ec) {
+        self->add(std::move(sock), {});
+        return self->accept();
+      }
+      ++self->stats.accept_failures;
+      if (!out_of_resources(ec)) return self->accept();
+      // Out of descriptors, the connection stays in the backlog and accept() fails again at once:
+      // retrying without a pause spun the io_context the rendezvous shares.
+      self->log.note("cannot accept connections: " + ec.message() + "; trying again every " +
+                     std::to_string(self->opts.accept_backoff.count()) + " ms");
+      self->accept_timer.expires_after(self->opts.accept_backoff);
+      self->accept_timer.async_wait([self](const boost::system::error_code& e) {
+        if (!e && !self->stopped) self->accept();
+      });
     });
   }
 
   void add(tcp::socket sock, const std::vector<uint8_t>& first) {
-    if (conns.size() >= opts.max_connections) {
-      spdlog::warn("store: refused a connection: {} clients connected already", conns.size());
+    close_on_exec(sock.native_handle());
+    boost::system::error_code ec;
+    auto remote = sock.remote_endpoint(ec);
+    if (ec) return;  // gone already; the socket closes as it goes
+    std::string source = remote.address().to_string();
+    auto here = per_address.find(source);
+    const size_t from_source = here == per_address.end() ? 0 : here->second;
+    if (conns.size() >= opts.max_connections || from_source >= opts.max_per_address) {
+      ++stats.refused;
+      log.note("refused a connection from " + source + ": " + std::to_string(from_source) +
+               " connected from its address, " + std::to_string(conns.size()) + " in all (at most " +
+               std::to_string(opts.max_per_address) + " and " + std::to_string(opts.max_connections) + ")");
       return;  // the socket closes as it goes
     }
-    boost::system::error_code ec;
     sock.set_option(tcp::no_delay(true), ec);
     auto c = std::make_shared<Conn>(std::move(sock), next_id++, opts.limits);
+    ++per_address[source];
+    c->source = std::move(source);
     conns.emplace(c->id, c);
     if (!first.empty() && !received(c, first.data(), first.size())) return;
     read(c);
@@ -126,8 +220,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (it == conns.end()) return;
     auto c = it->second;
     c->pending.append(bytes);
-    if (c->pending.size() + c->inflight.size() > opts.max_unsent) {
+    unsent += bytes.size();
+    // What queues behind the write in progress: counting that write too dropped a client for one
+    // legal GET of a value near max_value.
+    if (c->writing && c->pending.size() > opts.max_unsent) {
       return drop(c, "does not read its replies (" + std::to_string(opts.max_unsent) + " bytes unsent)");
+    }
+    if (unsent > opts.max_unsent_total) {
+      return drop(c, "replies unsent to all clients pass " + std::to_string(opts.max_unsent_total) + " bytes");
     }
     if (!c->writing) write(c);
   }
@@ -142,7 +242,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     c->pending.clear();
     asio::async_write(c->sock, asio::buffer(c->inflight),
                       [self = shared_from_this(), c](const boost::system::error_code& ec, size_t) {
-                        if (self->stopped || c->closed) return;
+                        if (self->stopped || c->closed) return;  // drop() or close_all() counted it
+                        self->unsent -= c->inflight.size();
                         c->inflight.clear();
                         if (ec) return self->drop(c, "write failed: " + ec.message());
                         self->write(c);
@@ -156,12 +257,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (!why.empty()) {
       boost::system::error_code ec;
       auto peer = c->sock.remote_endpoint(ec);
-      spdlog::warn("store: dropped {}: {}", ec ? std::string("a client") : peer.address().to_string(), why);
+      log.note("dropped " + (ec ? std::string("a client") : peer.address().to_string()) + ": " + why);
     }
     boost::system::error_code ignored;
     c->sock.close(ignored);
     buffered -= c->counted;
     c->counted = 0;
+    unsent -= c->pending.size() + c->inflight.size();
+    if (auto it = per_address.find(c->source); it != per_address.end() && --it->second == 0) per_address.erase(it);
     state.forget(c->id);
     conns.erase(c->id);
   }
@@ -175,6 +278,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       c->sock.close(ignored);
     }
     buffered = 0;
+    unsent = 0;
+    per_address.clear();
   }
 };
 
@@ -202,11 +307,14 @@ void Server::close() {
   impl_->stopped = true;
   boost::system::error_code ignored;
   if (impl_->acceptor) impl_->acceptor->close(ignored);
+  impl_->accept_timer.cancel();
   impl_->close_all();
+  impl_->log.flush();
 }
 
 int Server::port() const { return impl_->acceptor ? impl_->acceptor->local_endpoint().port() : 0; }
 size_t Server::connections() const { return impl_->conns.size(); }
 const StoreState& Server::state() const { return impl_->state; }
+const ServerStats& Server::stats() const { return impl_->stats; }
 
 }  // namespace dtl::store

@@ -4,6 +4,7 @@
 // shared port (the rendezvous's: rendezvous/server.h hands over what store::classify says is ours).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,9 +21,25 @@ namespace dtl::store {
 struct ServerOptions {
   Limits limits;
   StateLimits state;
-  size_t max_connections = 1 << 20;
-  uint64_t max_unsent = 64ull << 20;          ///< replies one client has not read yet
+  /// Connections at once; 0: half of RLIMIT_NOFILE's soft limit at start, at most 65536, so the
+  /// store cannot take the descriptors the rendezvous and the workers' pipes need. Connections
+  /// handed over from the rendezvous's port count too.
+  size_t max_connections = 0;
+  /// From one address; 0: half of max_connections, or all of them up to 4096 (a big node's
+  /// workers all come from one address).
+  size_t max_per_address = 0;
+  /// Replies queued behind the one being written, for one client: the reply in progress is not
+  /// counted, so a GET of a value of max_value bytes is legal.
+  uint64_t max_unsent = 64ull << 20;
+  uint64_t max_unsent_total = 1ull << 30;     ///< replies not yet written, all clients together
   uint64_t max_buffered_total = 1ull << 30;   ///< requests in progress, all clients together
+  std::chrono::milliseconds accept_backoff{100};  ///< accept() out of descriptors: wait, then retry
+  std::chrono::seconds log_interval{10};          ///< at most one line per interval about drops
+};
+
+struct ServerStats {
+  size_t accept_failures = 0;  ///< accept() errors, out of descriptors among them
+  size_t refused = 0;          ///< connections closed at once: past max_connections or max_per_address
 };
 
 /// Binds host:port as torch's TCPStore does (SO_REUSEADDR) and listens; port 0 picks a free one.
@@ -46,6 +63,7 @@ class Server {
   int port() const;  ///< of serve()'s acceptor; 0 before
   size_t connections() const;
   const StoreState& state() const;
+  const ServerStats& stats() const;
 
  private:
   struct Impl;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <string_view>
+#include <unordered_set>
 
 namespace dtl::store {
 namespace {
@@ -12,6 +14,14 @@ std::string i64(int64_t v) {
   std::string s;
   put_i64(s, v);
   return s;
+}
+
+/// What a pending wait holds per key: the key in Wait::keys and in waiting_ (a node of each map
+/// and vector around it, about 64 bytes more).
+uint64_t wait_cost(const std::string& key) { return 2 * key.size() + 64; }
+
+std::string full(uint64_t max_bytes) {
+  return "the store is full (" + std::to_string(max_bytes) + " bytes of keys and values)";
 }
 
 }  // namespace
@@ -27,7 +37,7 @@ std::optional<std::string> StoreState::put(const std::string& key, std::string v
   const uint64_t old = it == kv_.end() ? 0 : key.size() + it->second.size();
   const uint64_t now = bytes_ - old + key.size() + value.size();
   if (now > limits_.max_bytes) {
-    return "the store is full (" + std::to_string(limits_.max_bytes) + " bytes of keys and values)";
+    return full(limits_.max_bytes);
   }
   bytes_ = now;
   if (it == kv_.end()) {
@@ -41,6 +51,8 @@ std::optional<std::string> StoreState::put(const std::string& key, std::string v
 void StoreState::drop_wait(uint64_t id, const std::string* except_key) {
   auto w = waits_.find(id);
   if (w == waits_.end()) return;
+  // Keys already woken are still listed (wake() keeps only a count, erasing each would cost the
+  // whole list per key); their entry in waiting_ is gone or no longer holds `id`.
   for (const auto& key : w->second.keys) {
     if (except_key && key == *except_key) continue;
     auto list = waiting_.find(key);
@@ -48,6 +60,7 @@ void StoreState::drop_wait(uint64_t id, const std::string* except_key) {
     std::erase(list->second, id);
     if (list->second.empty()) waiting_.erase(list);
   }
+  wait_bytes_ -= w->second.cost;
   auto& mine = by_client_[w->second.client];
   std::erase(mine, id);
   if (mine.empty()) by_client_.erase(w->second.client);
@@ -69,7 +82,6 @@ void StoreState::wake(const std::string& key, std::vector<Outgoing>& out, bool j
   for (uint64_t id : ids) {
     auto w = waits_.find(id);
     if (w == waits_.end()) continue;
-    std::erase(w->second.keys, key);
     if (--w->second.remaining > 0) continue;
     out.push_back({w->second.client, byte(kStopWaiting)});
     drop_wait(id, nullptr);
@@ -130,7 +142,17 @@ std::optional<std::string> StoreState::handle(ClientId from, Request& r, std::ve
       return std::nullopt;
     }
     case Op::multi_get: {
+      uint64_t size = 0;
+      for (const auto& key : r.keys) {
+        auto it = kv_.find(key);
+        size += 8 + (it == kv_.end() ? 0 : it->second.size());
+      }
+      if (size > limits_.max_reply) {
+        return "multi_get's reply would be " + std::to_string(size) + " bytes, over " +
+               std::to_string(limits_.max_reply);
+      }
       std::string s;
+      s.reserve(size);
       for (const auto& key : r.keys) {
         auto it = kv_.find(key);
         put_bytes(s, it == kv_.end() ? std::string() : it->second);
@@ -158,9 +180,22 @@ std::optional<std::string> StoreState::handle(ClientId from, Request& r, std::ve
                                                                                                      : kNotReady));
       return std::nullopt;
     case Op::wait: {
+      if (r.keys.size() > limits_.max_wait_keys) {
+        return "a wait on " + std::to_string(r.keys.size()) + " keys (at most " +
+               std::to_string(limits_.max_wait_keys) + ")";
+      }
+      // A hash set finds repeats: a search of `missing` per key made a long wait quadratic.
+      // It views the strings in `missing`, which the reserve keeps in place.
+      std::unordered_set<std::string_view> seen;
+      seen.reserve(r.keys.size());
       std::vector<std::string> missing;
+      missing.reserve(r.keys.size());
+      uint64_t cost = 0;
       for (auto& key : r.keys) {
-        if (!ready(key) && std::find(missing.begin(), missing.end(), key) == missing.end()) missing.push_back(key);
+        if (seen.count(key) || ready(key)) continue;
+        cost += wait_cost(key);
+        missing.push_back(std::move(key));
+        seen.insert(missing.back());
       }
       if (missing.empty()) {
         reply(byte(kStopWaiting));
@@ -170,10 +205,14 @@ std::optional<std::string> StoreState::handle(ClientId from, Request& r, std::ve
       if (mine.size() >= limits_.max_waits_per_client) {
         return "more than " + std::to_string(limits_.max_waits_per_client) + " waits pending on one connection";
       }
+      if (wait_bytes_ + cost > limits_.max_wait_bytes) {
+        return "pending waits would hold over " + std::to_string(limits_.max_wait_bytes) + " bytes of keys";
+      }
+      wait_bytes_ += cost;
       const uint64_t id = next_wait_++;
       mine.push_back(id);
       for (const auto& key : missing) waiting_[key].push_back(id);
-      waits_.emplace(id, Wait{from, missing.size(), std::move(missing)});
+      waits_.emplace(id, Wait{from, missing.size(), std::move(missing), cost});
       return std::nullopt;
     }
     case Op::cancel_wait:
@@ -197,16 +236,24 @@ std::optional<std::string> StoreState::handle(ClientId from, Request& r, std::ve
     case Op::append: {
       const std::string& key = r.keys[0];
       auto it = kv_.find(key);
-      std::string value = it == kv_.end() ? std::move(r.values[0]) : it->second + r.values[0];
-      if (auto err = put(key, std::move(value))) return err;
+      if (it == kv_.end()) {
+        if (auto err = put(key, std::move(r.values[0]))) return err;
+      } else {
+        // In place: a copy of the whole value per append made a long series of them quadratic.
+        const uint64_t more = r.values[0].size();
+        if (it->second.size() + more > limits_.max_value) {
+          return "append would grow key '" + key + "' past " + std::to_string(limits_.max_value) + " bytes";
+        }
+        if (bytes_ + more > limits_.max_bytes) return full(limits_.max_bytes);
+        it->second.append(r.values[0]);
+        bytes_ += more;
+      }
       wake(key, out);
       return std::nullopt;
     }
     case Op::queue_push: {
       const std::string& key = r.keys[0];
-      if (bytes_ + key.size() + r.values[0].size() > limits_.max_bytes) {
-        return "the store is full (" + std::to_string(limits_.max_bytes) + " bytes of keys and values)";
-      }
+      if (bytes_ + key.size() + r.values[0].size() > limits_.max_bytes) return full(limits_.max_bytes);
       bytes_ += key.size() + r.values[0].size();
       queues_[key].push_back(std::move(r.values[0]));
       wake(key, out, /*just_one=*/true);
@@ -250,6 +297,7 @@ void StoreState::clear() {
   waiting_ = {};
   by_client_ = {};
   bytes_ = 0;
+  wait_bytes_ = 0;
 }
 
 }  // namespace dtl::store

@@ -19,6 +19,15 @@ using ClientId = uint64_t;
 struct StateLimits {
   uint64_t max_bytes = 1ull << 30;  ///< keys and values together; past it a write drops its client
   size_t max_waits_per_client = 64; ///< torch's clients have one; 1.13's after a timeout, a few
+  /// Keys in one wait: torch waits on a handful; a wait's cost is per key, so a bound keeps one
+  /// request from holding the event loop or the memory (131072 keys took 18.9 s once).
+  size_t max_wait_keys = 4096;
+  /// What pending waits hold, all clients together (see wait_cost): without it, waits that never
+  /// end could hold any amount of keys (8 waits of 32 MiB of keys once held 580 MB).
+  uint64_t max_wait_bytes = 256ull << 20;
+  uint64_t max_value = 64ull << 20;  ///< APPEND grows no value past it (the server sets Limits'.)
+  /// One reply (multi_get repeats a value once per key asked: 128 Ki times 64 MiB otherwise).
+  uint64_t max_reply = 128ull << 20;
 };
 
 /// Bytes for one client.
@@ -41,14 +50,17 @@ class StoreState {
   size_t keys() const { return kv_.size(); }
   uint64_t bytes() const { return bytes_; }
   size_t waits() const { return waits_.size(); }
+  /// What pending waits are charged against max_wait_bytes.
+  uint64_t wait_bytes() const { return wait_bytes_; }
   /// Keys that some wait is registered on (for tests: nothing lingers).
   size_t awaited_keys() const { return waiting_.size(); }
 
  private:
   struct Wait {
     ClientId client;
-    size_t remaining;
-    std::vector<std::string> keys;  ///< those it is registered on
+    size_t remaining;                ///< keys not set yet
+    std::vector<std::string> keys;   ///< those it registered on; some may have been woken since
+    uint64_t cost;                   ///< charged to wait_bytes_
   };
   bool ready(const std::string& key) const;
   std::optional<std::string> put(const std::string& key, std::string value);
@@ -59,6 +71,7 @@ class StoreState {
   std::unordered_map<std::string, std::string> kv_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
   uint64_t bytes_ = 0;
+  uint64_t wait_bytes_ = 0;
   uint64_t next_wait_ = 1;
   std::unordered_map<uint64_t, Wait> waits_;
   std::unordered_map<std::string, std::vector<uint64_t>> waiting_;  ///< key -> waits, oldest first

@@ -138,3 +138,60 @@ TEST_CASE("clear leaves nothing behind: keys, queues, waits") {
   CHECK(s.awaited_keys() == 0);
   CHECK(run(s, 1, req(Op::set, {"never"}, {"v"})).empty());
 }
+
+/// "k<i>" (GCC 12 warns falsely about "k" + std::to_string(i)).
+std::string key_n(int i) {
+  std::string s = std::to_string(i);
+  s.insert(s.begin(), 'k');
+  return s;
+}
+
+TEST_CASE("a long wait: repeats count once, each key wakes it in constant time, and it is bounded") {
+  StoreState s;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 4096; ++i) keys.push_back(key_n(i % 2048));  // each twice
+  run(s, 1, req(Op::wait, keys));
+  CHECK(s.awaited_keys() == 2048);
+  for (int i = 0; i < 2047; ++i) CHECK(run(s, 2, req(Op::set, {key_n(i)}, {"v"})).empty());
+  CHECK(run(s, 2, req(Op::set, {"k2047"}, {"v"})) == Replies{{1, kStop}});
+  CHECK(s.waits() == 0);
+  CHECK(s.awaited_keys() == 0);
+  CHECK(s.wait_bytes() == 0);
+
+  std::vector<Outgoing> out;
+  auto too_many = req(Op::wait, std::vector<std::string>(4097, "x"));
+  CHECK(s.handle(3, too_many, out) == "a wait on 4097 keys (at most 4096)");
+  CHECK(s.waits() == 0);
+}
+
+TEST_CASE("pending waits' keys are charged to a budget and given back however the wait ends") {
+  StoreState s({.max_wait_bytes = 1000});
+  run(s, 1, req(Op::wait, {"a", "b"}));
+  const uint64_t two = s.wait_bytes();
+  CHECK(two > 0);
+  run(s, 1, req(Op::set, {"a"}, {"v"}));  // half woken, then its client hangs up
+  s.forget(1);
+  CHECK(s.wait_bytes() == 0);
+  CHECK(s.awaited_keys() == 0);
+  std::vector<Outgoing> out;
+  auto big = req(Op::wait, {std::string(600, 'x')});
+  CHECK(s.handle(2, big, out) == "pending waits would hold over 1000 bytes of keys");
+  run(s, 3, req(Op::wait, {"c"}));
+  s.clear();
+  CHECK(s.wait_bytes() == 0);
+}
+
+TEST_CASE("append grows a value in place, never past max_value; multi_get's reply is bounded") {
+  StoreState s({.max_value = 8, .max_reply = 40});
+  run(s, 1, req(Op::append, {"k"}, {"abc"}));
+  run(s, 1, req(Op::append, {"k"}, {"defgh"}));
+  CHECK(run(s, 1, req(Op::get, {"k"})) == Replies{{1, bytes("abcdefgh")}});
+  CHECK(s.bytes() == 9);
+  std::vector<Outgoing> out;
+  auto more = req(Op::append, {"k"}, {"i"});
+  CHECK(s.handle(1, more, out) == "append would grow key 'k' past 8 bytes");
+  CHECK(s.bytes() == 9);
+  CHECK(run(s, 1, req(Op::multi_get, {"k", "k"})).size() == 1);  // 2 * (8 + 8) bytes
+  auto three = req(Op::multi_get, {"k", "k", "k"});
+  CHECK(s.handle(1, three, out) == "multi_get's reply would be 48 bytes, over 40");
+}

@@ -1,0 +1,166 @@
+// The store's server on loopback, in this process: connection caps, the accept() pause when out of
+// descriptors, and how unsent replies are counted. Clients are raw sockets; a client that must read
+// runs in a thread of its own while the server's io_context runs here.
+#include "store/server.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <catch2/catch.hpp>
+
+using namespace dtl::store;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+/// Connections that never send a byte, from `source`.
+std::vector<tcp::socket> stalled(asio::io_context& io, int port, int n, const std::string& source = "127.0.0.1") {
+  std::vector<tcp::socket> out;
+  for (int i = 0; i < n; ++i) {
+    tcp::socket s(io);
+    s.open(tcp::v4());
+    s.bind({asio::ip::make_address(source), 0});
+    s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+template <class Done>
+bool run_until(asio::io_context& io, Done done, std::chrono::milliseconds limit = 5000ms) {
+  const auto deadline = Clock::now() + limit;
+  while (!done() && Clock::now() < deadline) io.run_one_for(10ms);
+  return done();
+}
+
+std::string validate() {
+  std::string s(1, '\0');
+  put_u32(s, kValidationMagic);
+  return s;
+}
+
+/// A 2.x client's SET then GET of `key`: the GET's reply is what the server sends back.
+std::string set_then_get(const std::string& key, const std::string& value) {
+  std::string s = validate();
+  s += '\1';  // SET
+  put_bytes(s, key);
+  put_bytes(s, value);
+  s += '\3';  // GET
+  put_bytes(s, key);
+  return s;
+}
+
+/// Connects, sends `request`, and reads `want` bytes back; how many it got before the end.
+size_t exchange(int port, const std::string& request, size_t want) {
+  asio::io_context io;
+  tcp::socket s(io);
+  boost::system::error_code ec;
+  s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+  if (ec) return 0;
+  asio::write(s, asio::buffer(request), ec);
+  std::string got(want, '\0');
+  return asio::read(s, asio::buffer(got), ec);
+}
+
+}  // namespace
+
+TEST_CASE("store server: connections past the caps, per address and in all, are closed at once") {
+  asio::io_context io;
+  ServerOptions o;
+  o.max_connections = 4;
+  o.max_per_address = 2;
+  Server server(io, o);
+  server.serve(listen_on(io, "127.0.0.1", 0));
+  auto one = stalled(io, server.port(), 3, "127.0.0.1");
+  REQUIRE(run_until(io, [&] { return server.stats().refused == 1; }));
+  CHECK(server.connections() == 2);
+  auto other = stalled(io, server.port(), 3, "127.0.0.2");
+  REQUIRE(run_until(io, [&] { return server.stats().refused == 2; }));
+  CHECK(server.connections() == 4);
+  auto third = stalled(io, server.port(), 1, "127.0.0.3");  // the total is reached
+  REQUIRE(run_until(io, [&] { return server.stats().refused == 3; }));
+  CHECK(server.connections() == 4);
+  // One leaves: its address may connect again.
+  one[0].close();
+  REQUIRE(run_until(io, [&] { return server.connections() == 3; }));
+  auto again = stalled(io, server.port(), 1, "127.0.0.1");
+  REQUIRE(run_until(io, [&] { return server.connections() == 4; }));
+  CHECK(server.stats().refused == 3);
+}
+
+TEST_CASE("store server: the listening socket is not inherited by the workers") {
+  asio::io_context io;
+  auto acceptor = listen_on(io, "127.0.0.1", 0);
+  CHECK((::fcntl(acceptor.native_handle(), F_GETFD) & FD_CLOEXEC) != 0);
+}
+
+TEST_CASE("store server: a GET of a value of max_value bytes is answered, however small max_unsent") {
+  asio::io_context io;
+  ServerOptions o;
+  o.limits.max_value = 1 << 20;
+  o.max_unsent = 1024;
+  Server server(io, o);
+  server.serve(listen_on(io, "127.0.0.1", 0));
+  std::atomic<size_t> got{0};
+  std::atomic<bool> done{false};
+  std::thread client([&] {
+    got = exchange(server.port(), set_then_get("k", std::string(1 << 20, 'v')), 8 + (1 << 20));
+    done = true;
+  });
+  run_until(io, [&] { return done.load(); }, 10000ms);
+  client.join();
+  CHECK(got == 8 + (1 << 20));
+}
+
+TEST_CASE("store server: replies unsent to all clients together are bounded") {
+  asio::io_context io;
+  ServerOptions o;
+  o.max_unsent_total = 1000;
+  Server server(io, o);
+  server.serve(listen_on(io, "127.0.0.1", 0));
+  std::atomic<size_t> got{1};
+  std::atomic<bool> done{false};
+  std::thread client([&] {
+    got = exchange(server.port(), set_then_get("k", std::string(2000, 'v')), 8 + 2000);
+    done = true;
+  });
+  run_until(io, [&] { return done.load(); }, 10000ms);
+  client.join();
+  CHECK(got == 0);  // dropped instead of answered
+  CHECK(server.connections() == 0);
+}
+
+TEST_CASE("store server: out of file descriptors, accept() is tried again after a pause, not at once") {
+  asio::io_context io;
+  ServerOptions o;
+  o.accept_backoff = 100ms;
+  Server server(io, o);
+  server.serve(listen_on(io, "127.0.0.1", 0));
+  auto socks = stalled(io, server.port(), 3);  // in the listen backlog: the loop has not run
+  rlimit before{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &before) == 0);
+  rlimit low = before;
+  low.rlim_cur = 64;
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<int> fillers;  // every descriptor under the limit taken
+  for (int fd; (fd = dup(0)) >= 0;) fillers.push_back(fd);
+  const auto started = Clock::now();
+  io.run_for(500ms);
+  const auto failures = server.stats().accept_failures;
+  for (int fd : fillers) close(fd);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &before) == 0);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+  CHECK(failures >= 1);
+  CHECK(failures <= static_cast<size_t>(ms / 100 + 2));  // spinning makes tens of thousands a second
+  CHECK(server.connections() == 0);
+  CHECK(run_until(io, [&] { return server.connections() == 3; }));
+}
