@@ -8,6 +8,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
 
+#include "tests/support/descriptors.h"
+
 using namespace dtl::rendezvous;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
@@ -71,19 +73,8 @@ TEST_CASE("out of file descriptors, the server tries accept() again after a paus
   o.accept_backoff = 100ms;
   Server server(io, o);
   auto socks = stalled(io, server.port(), 3);  // waiting in the listen backlog: the loop has not run
-  rlimit before{};
-  REQUIRE(getrlimit(RLIMIT_NOFILE, &before) == 0);
-  rlimit low = before;
-  low.rlim_cur = 64;
-  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
-  std::vector<int> fillers;  // every descriptor under the limit taken
-  for (int fd; (fd = dup(0)) >= 0;) fillers.push_back(fd);
-  const auto started = Clock::now();
-  io.run_for(500ms);
+  const long ms = dtl::test::run_out_of_descriptors(io, 500ms);
   const auto failures = server.stats().accept_failures;
-  for (int fd : fillers) close(fd);
-  REQUIRE(setrlimit(RLIMIT_NOFILE, &before) == 0);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   CHECK(failures >= 1);
   CHECK(failures <= static_cast<size_t>(ms / 100 + 2));  // spinning made ~50,000 a second
   CHECK(server.stats().accepted == 0);

@@ -14,6 +14,8 @@
 #include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
 
+#include "tests/support/descriptors.h"
+
 using namespace dtl::store;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
@@ -146,19 +148,8 @@ TEST_CASE("store server: out of file descriptors, accept() is tried again after 
   Server server(io, o);
   server.serve(listen_on(io, "127.0.0.1", 0));
   auto socks = stalled(io, server.port(), 3);  // in the listen backlog: the loop has not run
-  rlimit before{};
-  REQUIRE(getrlimit(RLIMIT_NOFILE, &before) == 0);
-  rlimit low = before;
-  low.rlim_cur = 64;
-  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
-  std::vector<int> fillers;  // every descriptor under the limit taken
-  for (int fd; (fd = dup(0)) >= 0;) fillers.push_back(fd);
-  const auto started = Clock::now();
-  io.run_for(500ms);
+  const long ms = dtl::test::run_out_of_descriptors(io, 500ms);
   const auto failures = server.stats().accept_failures;
-  for (int fd : fillers) close(fd);
-  REQUIRE(setrlimit(RLIMIT_NOFILE, &before) == 0);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   CHECK(failures >= 1);
   CHECK(failures <= static_cast<size_t>(ms / 100 + 2));  // spinning makes tens of thousands a second
   CHECK(server.connections() == 0);
