@@ -48,7 +48,7 @@ std::unique_ptr<Comm> connect(const LaunchEnv& env, const std::string& backend, 
   } else {
     c10d::TCPStoreOptions so;  // fields one by one: the constructor overloads differ across versions
     so.port = static_cast<uint16_t>(env.master_port);
-    so.isServer = env.rank == 0;
+    so.isServer = env.rank == 0 && !env.agent_store;  // as torch's env:// rendezvous decides
     so.numWorkers = env.world_size;
     so.waitWorkers = true;
     so.timeout = timeout;

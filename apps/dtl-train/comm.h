@@ -44,7 +44,8 @@ struct Comm {
   ~Comm();  ///< shuts NCCL down cleanly
 };
 
-/// Rank 0 hosts the TCPStore at MASTER_ADDR:MASTER_PORT, the others connect; then the backend's
+/// Rank 0 hosts the TCPStore at MASTER_ADDR:MASTER_PORT (unless the launcher's agent does:
+/// TORCHELASTIC_USE_AGENT_STORE=True), the others connect; then the backend's
 /// process group. A single process without MASTER_PORT uses an in-memory store. `timeout` bounds
 /// the store and every collective, so a dead or stuck peer fails this rank instead of hanging it.
 std::unique_ptr<Comm> connect(const LaunchEnv& env, const std::string& backend, c10::Device device,

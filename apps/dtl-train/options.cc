@@ -173,6 +173,7 @@ LaunchEnv read_launch_env(const EnvLookup& env) {
   e.local_rank = parse_int(env, "LOCAL_RANK", 0, 0);
   e.master_port = parse_int(env, "MASTER_PORT", 0, 1);
   e.restart_count = parse_int(env, "TORCHELASTIC_RESTART_COUNT", 0, 0);
+  e.agent_store = env("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";  // torch's test, to the letter
   if (e.master_port > 65535) throw std::invalid_argument("MASTER_PORT: not a port (got " + std::to_string(e.master_port) + ")");
   if (auto a = env("MASTER_ADDR"); a && !a->empty()) e.master_addr = *a;
   if (auto f = env("TORCHELASTIC_ERROR_FILE")) e.error_file = *f;

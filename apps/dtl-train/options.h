@@ -64,6 +64,8 @@ struct LaunchEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  ///< 0: not launched; a single process then needs no store
   int restart_count = 0;
+  /// TORCHELASTIC_USE_AGENT_STORE=True: the launcher's agent serves the store, rank 0 only connects.
+  bool agent_store = false;
   std::string error_file;  ///< TORCHELASTIC_ERROR_FILE, empty when unset
   std::optional<std::string> cuda_visible_devices;
   std::vector<std::string> gloo_ifnames;  ///< GLOO_SOCKET_IFNAME, comma-separated
