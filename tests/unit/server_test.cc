@@ -8,12 +8,15 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
 
-#include "tests/support/descriptors.h"
+#include "tests/support/loopback.h"
 
 using namespace dtl::rendezvous;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+
+using dtl::test::run_until;
+using dtl::test::stalled;
 
 namespace {
 
@@ -28,27 +31,6 @@ ServerOptions options(size_t total = 8, size_t per_source = 4) {
   limits.per_source = per_source;
   o.admission = limits;
   return o;
-}
-
-/// Connections that never send a byte, from the given source addresses in turn.
-std::vector<tcp::socket> stalled(asio::io_context& io, int port, int n, std::vector<std::string> sources = {"127.0.0.1"}) {
-  std::vector<tcp::socket> out;
-  for (int i = 0; i < n; ++i) {
-    tcp::socket s(io);
-    s.open(tcp::v4());
-    s.bind({asio::ip::make_address(sources[i % sources.size()]), 0});
-    s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-/// Runs `io` until `done()` holds, for at most `limit`; whether it held.
-template <class Done>
-bool run_until(asio::io_context& io, Done done, std::chrono::milliseconds limit = 5000ms) {
-  const auto deadline = Clock::now() + limit;
-  while (!done() && Clock::now() < deadline) io.run_one_for(10ms);
-  return done();
 }
 
 }  // namespace

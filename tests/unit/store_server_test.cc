@@ -14,35 +14,17 @@
 #include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
 
-#include "tests/support/descriptors.h"
+#include "tests/support/loopback.h"
 
 using namespace dtl::store;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
+
+using dtl::test::run_until;
+using dtl::test::stalled;
 
 namespace {
-
-/// Connections that never send a byte, from `source`.
-std::vector<tcp::socket> stalled(asio::io_context& io, int port, int n, const std::string& source = "127.0.0.1") {
-  std::vector<tcp::socket> out;
-  for (int i = 0; i < n; ++i) {
-    tcp::socket s(io);
-    s.open(tcp::v4());
-    s.bind({asio::ip::make_address(source), 0});
-    s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-template <class Done>
-bool run_until(asio::io_context& io, Done done, std::chrono::milliseconds limit = 5000ms) {
-  const auto deadline = Clock::now() + limit;
-  while (!done() && Clock::now() < deadline) io.run_one_for(10ms);
-  return done();
-}
 
 std::string validate() {
   std::string s(1, '\0');
@@ -82,19 +64,19 @@ TEST_CASE("store server: connections past the caps, per address and in all, are 
   o.max_per_address = 2;
   Server server(io, o);
   server.serve(listen_on(io, "127.0.0.1", 0));
-  auto one = stalled(io, server.port(), 3, "127.0.0.1");
+  auto one = stalled(io, server.port(), 3, {"127.0.0.1"});
   REQUIRE(run_until(io, [&] { return server.stats().refused == 1; }));
   CHECK(server.connections() == 2);
-  auto other = stalled(io, server.port(), 3, "127.0.0.2");
+  auto other = stalled(io, server.port(), 3, {"127.0.0.2"});
   REQUIRE(run_until(io, [&] { return server.stats().refused == 2; }));
   CHECK(server.connections() == 4);
-  auto third = stalled(io, server.port(), 1, "127.0.0.3");  // the total is reached
+  auto third = stalled(io, server.port(), 1, {"127.0.0.3"});  // the total is reached
   REQUIRE(run_until(io, [&] { return server.stats().refused == 3; }));
   CHECK(server.connections() == 4);
   // One leaves: its address may connect again.
   one[0].close();
   REQUIRE(run_until(io, [&] { return server.connections() == 3; }));
-  auto again = stalled(io, server.port(), 1, "127.0.0.1");
+  auto again = stalled(io, server.port(), 1, {"127.0.0.1"});
   REQUIRE(run_until(io, [&] { return server.connections() == 4; }));
   CHECK(server.stats().refused == 3);
 }
