@@ -113,18 +113,22 @@ class AgentStoreWithTorch(LaunchTest):
             self.assertIn(f"rank {rank} attempt 0 sum 10 port {port} agent_store True",
                           results[rank // 2].stdout)
 
-    def test_gloo_spans_two_c10d_agents_on_the_rendezvous_port(self):
-        label, python = PYTHONS[-1]
-        port = free_port()
-        env = self.env(PYTHON_EXEC=python)
-        nodes = [self.start("--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
-                            "--rdzv_id=job", "--nproc_per_node=2", self.script(), env=env) for _ in range(2)]
+    def check_two_nodes_formed(self, nodes, port):
+        """Both nodes succeed, and their 4 ranks met through the agent's store on `port`."""
         results = [n.finish(timeout=240) for n in nodes]
         for r in results:
             self.assertExitCode(r, 0)
         out = results[0].stdout + results[1].stdout
         for rank in range(4):
             self.assertIn(f"rank {rank} attempt 0 sum 10 port {port} agent_store True", out)
+
+    def test_gloo_spans_two_c10d_agents_on_the_rendezvous_port(self):
+        label, python = PYTHONS[-1]
+        port = free_port()
+        env = self.env(PYTHON_EXEC=python)
+        nodes = [self.start("--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+                            "--rdzv_id=job", "--nproc_per_node=2", self.script(), env=env) for _ in range(2)]
+        self.check_two_nodes_formed(nodes, port)
 
     def test_a_standalone_rdzv_server_serves_the_store_of_agents_that_do_not_host(self):
         label, python = PYTHONS[-1]
@@ -134,12 +138,7 @@ class AgentStoreWithTorch(LaunchTest):
         env = self.env(PYTHON_EXEC=python)
         nodes = [self.start("--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=job",
                             "--rdzv_conf=is_host=0", "--nproc_per_node=2", self.script(), env=env) for _ in range(2)]
-        results = [n.finish(timeout=240) for n in nodes]
-        for r in results:
-            self.assertExitCode(r, 0)
-        out = results[0].stdout + results[1].stdout
-        for rank in range(4):
-            self.assertIn(f"rank {rank} attempt 0 sum 10 port {port} agent_store True", out)
+        self.check_two_nodes_formed(nodes, port)
         self.assertExitCode(server.finish(), 0)
 
     def test_hostile_clients_on_the_shared_port_leave_a_running_job_alone(self):
