@@ -51,8 +51,6 @@ std::string read_small_file(const std::string& path) {
   return r.text;
 }
 
-bool write_text(int fd, std::string_view text) { return ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()); }
-
 bool populated(const std::string& path) {
   std::istringstream events(read_small_file(path + "/cgroup.events"));
   for (std::string key, value; events >> key >> value;) {
@@ -131,7 +129,7 @@ JobCgroup::~JobCgroup() {
 bool remove_cgroup(const std::string& path, std::chrono::milliseconds wait) {
   int fd = ::open((path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return ::access(path.c_str(), F_OK) != 0;
-  write_text(fd, "1");
+  posix::write_all(fd, "1");
   ::close(fd);
   auto deadline = std::chrono::steady_clock::now() + wait;
   while (populated(path) && std::chrono::steady_clock::now() < deadline) {
