@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "config/accelerate_line.h"
+#include "config/cluster_env.h"
 #include "config/config_file.h"
 #include "config/text.h"
 
@@ -50,7 +51,8 @@ class CommandLine : public TypedValues {
     app_.prefix_command();
     app_.set_version_flag("--version", "dtlaunch " DTL_VERSION);
     app_.footer("Every --flag_name is also accepted as --flag-name and as the variable PET_FLAG_NAME\n"
-                "(the flag wins over the variable, which wins over the config file). Documentation: README.md.\n"
+                "(the flag wins over the variable, which wins over what srun or mpirun say, then the config file).\n"
+                "Documentation: README.md.\n"
                 "Also: dtlaunch config (write a config file by answering questions; --help for more),\n"
                 "dtlaunch env (versions, GPUs and settings, for a bug report).");
     const bool every_row = !args || std::any_of(args->begin(), args->end(), [](const std::string& a) {
@@ -301,12 +303,16 @@ class CommandLine : public TypedValues {
   bool help_markdown_ = false;
 };
 
-/// Setting `i`'s text and source: flag > variable > config file > default.
-Resolved resolve(size_t i, const CommandLine& cl, const EnvLookup& env, const ConfigFile* file) {
+/// Setting `i`'s text and source: flag > variable > detected from the scheduler > config file > default.
+Resolved resolve(size_t i, const CommandLine& cl, const EnvLookup& env, const ClusterDetection& detected,
+                 const ConfigFile* file) {
   const Flag& f = flags()[i];
   if (auto typed = cl.own_spelling(i)) return *typed;
   for (const auto& name : cl.takes(i) ? variable_names(f) : std::vector<std::string>{}) {
     if (auto v = env(name)) return Resolved{&f, *v, Source{Source::Kind::env, name, ""}};
+  }
+  if (auto it = detected.values.find(f.id); it != detected.values.end() && cl.takes(i)) {
+    return Resolved{&f, it->second.text, Source{Source::Kind::detected, it->second.variable, it->second.note}};
   }
   if (file && cl.takes(i)) {
     if (auto it = file->values.find(f.name); it != file->values.end()) {
@@ -386,7 +392,7 @@ std::string print_config(const std::vector<Resolved>& settings, const std::vecto
                          const ConfigFile* file, const std::optional<ConfigLocation>& location,
                          const LaunchOptions& o) {
   std::string header = "# dtlaunch settings in effect, and where each comes from "
-                       "(flag > variable > config file > default)\n# config file: ";
+                       "(flag > variable > detected > config file > default)\n# config file: ";
   if (file) {
     header += printable(file->path) + (file->format == ConfigFile::Format::accelerate ? " (accelerate's format)"
                                                                            : " (dtlaunch's format)");
@@ -460,8 +466,17 @@ struct Gathered {
   std::optional<ConfigFile> file;
 };
 
+/// A detected value that the scheduler's other variables forbid (two srun tasks on one node), when in use.
+std::optional<Error> refused_detection(const ClusterDetection& detected, std::vector<Resolved>& settings) {
+  for (const auto& [id, value] : detected.values) {
+    if (value.refusal && row(settings, id).source.kind == Source::Kind::detected) return Error{*value.refusal};
+  }
+  return std::nullopt;
+}
+
+/// `detect`: take what the scheduler that started dtlaunch says (a launch; not another command).
 std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env, const ReadFile& files,
-                                     Convention convention) {
+                                     Convention convention, bool detect) {
   const bool launch = convention == Convention::accelerate;
   Gathered g;
   g.location = locate_config(cl.config_file(), env);
@@ -469,7 +484,9 @@ std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env
   if (auto* error = std::get_if<Error>(&loaded)) return *error;
   g.file = std::get<std::optional<ConfigFile>>(loaded);
   const ConfigFile* in_effect = g.file ? &*g.file : nullptr;
-  for (size_t i = 0; i < flags().size(); ++i) g.settings.push_back(resolve(i, cl, env, in_effect));
+  const ClusterDetection detected = detect ? detect_cluster(env) : ClusterDetection{};
+  for (size_t i = 0; i < flags().size(); ++i) g.settings.push_back(resolve(i, cl, env, detected, in_effect));
+  if (auto error = refused_detection(detected, g.settings)) return *error;
   if (auto error = accelerate_spellings(cl, g.settings)) return *error;
   accelerate_defaults(launch, g.file && g.file->format == ConfigFile::Format::accelerate, g.settings);
   convention_defaults(convention, g.settings);
@@ -501,7 +518,7 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   const std::vector<std::string> args(all_args.begin() + (word ? 1 : 0), all_args.end());
   CommandLine cl(&args);
   if (auto answered = cl.parse(args)) return *answered;
-  auto gathered = gather(cl, env, files, convention);
+  auto gathered = gather(cl, env, files, convention, true);
   if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
   auto& [o, settings, location, file] = std::get<Gathered>(gathered);
   const ConfigFile* in_effect = file ? &*file : nullptr;
@@ -533,7 +550,7 @@ ParseResult parse_command_settings(const std::string& command, const std::string
   CommandLine cl(command, description, rows, defaults, own);
   if (auto answered = cl.parse(args)) return *answered;
   cl.own_values(own);
-  auto gathered = gather(cl, env, files, Convention::torchrun);
+  auto gathered = gather(cl, env, files, Convention::torchrun, false);
   if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
   auto& g = std::get<Gathered>(gathered);
   ParseResult result;

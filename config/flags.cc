@@ -165,6 +165,13 @@ const std::vector<Flag> kFlags = {
     {.id = Setting::standalone, .name = "standalone", .type = Type::switch_, .group = kNodes,
      .help = "single node: a free port for rank 0 and a random run id",
      .apply = [](const S& t, O& o) { o.standalone = parse_bool(t); }},
+    {.id = Setting::launcher, .name = "launcher", .group = kNodes,
+     .help = "start every node's agent from this command: `slurm` runs `srun --ntasks-per-node=1` over the "
+             "allocation's nodes (in an `sbatch` script or `salloc` shell); `ssh`: not yet",
+     .choices = {"ssh", "slurm"},
+     .apply = [](const S& t, O& o) {
+       if (!trim(t).empty()) o.launcher = one_of(t, choices(Setting::launcher));
+     }},
     {.id = Setting::rdzv_backend, .name = "rdzv_backend", .accelerate_key = "rdzv_backend", .accelerate_as_is = true,
      .default_value = "static", .group = kNodes, .help = "rendezvous backend: `static` or `c10d`",
      .choices = {"static", "c10d"},

@@ -48,11 +48,14 @@ struct RdzvConf {
   std::optional<bool> is_host;  ///< unset: host when the endpoint is one of this machine's addresses
 };
 
-/// Where a setting's value came from: the flag as typed, a variable, a config file's key, or the
-/// default. Errors and warnings name it, so that they point at what the user really wrote.
+/// Where a setting's value came from: the flag as typed, a variable, the scheduler that started
+/// dtlaunch (config/cluster_env.h), a config file's key, or the default. Errors and warnings name
+/// it, so that they point at what the user really wrote.
 struct Source {
-  enum class Kind { default_, flag, env, file } kind = Kind::default_;
-  std::string where;  ///< "--nproc-per-node", "PET_NPROC_PER_NODE", "cfg.yaml:3:17: nproc_per_node"; default: "--name"
+  enum class Kind { default_, flag, env, detected, file } kind = Kind::default_;
+  /// "--nproc-per-node", "PET_NPROC_PER_NODE", "SLURM_STEP_NUM_NODES", "cfg.yaml:3:17: nproc_per_node";
+  /// default: "--name"
+  std::string where;
   std::string note;   ///< how a file's keys became the value (accelerate's num_processes), or ""
 
   /// "--where=value" for a flag or the default, else "name=value (from where[ (note)])".
@@ -86,6 +89,8 @@ struct LaunchOptions {
   std::string rdzv_token;               ///< --rdzv_token or DTLAUNCH_RDZV_TOKEN; empty: unauthenticated
   std::string rdzv_token_file;
   bool standalone = false;
+  /// `--launcher`: start every node's agent from here (`slurm`: through srun); empty: this node only.
+  std::string launcher;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  ///< 0: pick a free port
   /// The agent (group rank 0's, or the rendezvous host's) serves the workers' c10d store on

@@ -24,6 +24,7 @@
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
 #include "launcher/rdzv_options.h"
+#include "launcher/slurm_launch.h"
 #include "launcher/supervisor.h"
 #include "rendezvous/ports.h"
 
@@ -126,6 +127,9 @@ int main(int argc, char** argv) {
     for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
     std::cout << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
     return 0;
+  }
+  if (!parsed.options->launcher.empty()) {  // every node's agent from here: dtlaunch becomes srun
+    return launcher::exec_launcher(std::vector<std::string>(argv + 1, argv + argc), *parsed.options, env);
   }
   // The guard is forked while dtlaunch is still one thread: the process it becomes allocates.
   std::unique_ptr<launcher::OrphanGuard> guard;

@@ -279,7 +279,7 @@ TEST_CASE("the config file comes from the flag, then DTLAUNCH_CONFIG_FILE, then 
 TEST_CASE("print_config says which file is in effect, and needs no program") {
   auto r = parse_command_line({"--print_config"}, env_of({{"HOME", "/h"}}), files_of({}));
   CHECK_FALSE(r.error);
-  CHECK(r.output.rfind("# dtlaunch settings in effect, and where each comes from (flag > variable > config file > "
+  CHECK(r.output.rfind("# dtlaunch settings in effect, and where each comes from (flag > variable > detected > config file > "
                        "default)\n# config file: none (/h/.config/dtlaunch/default_config.yaml does not exist)\n",
                        0) == 0);
   CHECK(r.output.find("\nnproc_per_node: 1  ") != std::string::npos);

@@ -1,0 +1,73 @@
+#include "launcher/slurm_launch.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+
+namespace dtl::launcher {
+
+std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std::string>& args,
+                                                           const config::LaunchOptions& o,
+                                                           const config::EnvLookup& env, const std::string& self) {
+  const std::string named = o.named("launcher", o.launcher);
+  auto job = env("SLURM_JOB_ID");
+  if (!job) {
+    return Error{named + ": not inside a Slurm allocation (SLURM_JOB_ID is unset); run it in an sbatch script or a "
+                 "salloc shell"};
+  }
+  if (auto step = env("SLURM_STEP_ID")) {
+    return Error{named + ": already inside srun step " + printable(*job + "." + *step) +
+                 ", where each task is a node's agent; drop --launcher"};
+  }
+  if (o.source("node_rank").kind != config::Source::Kind::default_) {
+    return Error{o.named("node_rank", std::to_string(o.node_rank)) + " with " + named +
+                 ": srun gives each node its rank"};
+  }
+  std::string nodes = env("SLURM_JOB_NUM_NODES").value_or(env("SLURM_NNODES").value_or(""));
+  if (o.source("nnodes").kind != config::Source::Kind::default_ && o.min_nodes == o.max_nodes) {
+    nodes = std::to_string(o.max_nodes);
+  }
+  // The program and its arguments end `args`; --launcher goes from the options before them.
+  const size_t program = args.size() - o.program_args.size() - 1;
+  std::vector<std::string> command{"srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"};
+  if (!nodes.empty()) command.push_back("--nodes=" + nodes);
+  command.push_back(self);
+  for (size_t i = 0; i < program; ++i) {
+    if (args[i] == "--launcher") {
+      ++i;  // and its value
+    } else if (args[i].rfind("--launcher=", 0) != 0 && args[i] != "--") {
+      command.push_back(args[i]);
+    }
+  }
+  command.push_back("--launcher=");
+  command.push_back("--");
+  command.insert(command.end(), args.begin() + static_cast<std::ptrdiff_t>(program), args.end());
+  return command;
+}
+
+int exec_launcher(const std::vector<std::string>& args, const config::LaunchOptions& o, const config::EnvLookup& env) {
+  const auto fail = [](const Error& e) {
+    std::cerr << error_line(e);
+    return e.exit_code;
+  };
+  if (o.launcher != "slurm") {
+    return fail(Error{o.named("launcher", o.launcher) + ": not yet; this build starts the nodes through srun only "
+                      "(--launcher slurm)"});
+  }
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return fail(Error{std::string("cannot find dtlaunch's own path: ") + std::strerror(errno), 1});
+  auto made = srun_command(args, o, env, std::string(self, static_cast<size_t>(n)));
+  if (auto* error = std::get_if<Error>(&made)) return fail(*error);
+  const auto& command = std::get<std::vector<std::string>>(made);
+  std::vector<char*> argv;
+  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::cout.flush();
+  execvp(argv[0], argv.data());
+  return fail(Error{std::string("--launcher slurm: cannot run srun: ") + std::strerror(errno), 1});
+}
+
+}  // namespace dtl::launcher

@@ -1,0 +1,28 @@
+// `dtlaunch --launcher slurm ARGS` in an sbatch script or a salloc shell: dtlaunch becomes
+// `srun --ntasks-per-node=1 ... dtlaunch ARGS`, one agent per node of the allocation, each of which
+// takes its node's place from the step's variables (config/cluster_env.h).
+#pragma once
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/error.h"
+#include "config/command_line.h"
+#include "config/launch_options.h"
+
+namespace dtl::launcher {
+
+/// The srun command line for `args` (dtlaunch's arguments after argv[0], which parsed into `o`),
+/// with `self` as the dtlaunch to run. Each agent gets `args` with `--launcher=` in place of the
+/// user's --launcher, so that none starts srun again (whatever PET_LAUNCHER or the config file say).
+/// An Error (exit 2) outside an allocation, inside a step, or with --node_rank.
+std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std::string>& args,
+                                                           const config::LaunchOptions& o,
+                                                           const config::EnvLookup& env, const std::string& self);
+
+/// Runs --launcher's choice in place of this process (srun then owns the terminal, the signals and
+/// the exit code); returns only on failure, with the exit code after printing why.
+int exec_launcher(const std::vector<std::string>& args, const config::LaunchOptions& o, const config::EnvLookup& env);
+
+}  // namespace dtl::launcher

@@ -1,0 +1,305 @@
+"""dtlaunch under a real Slurm 22.05 (Debian's slurm-wlm and munge): slurmctld and three slurmd,
+each in a network namespace of its own, all started by this file from a config in a temp dir
+(SLURM_CONF) and stopped by PID. Checks `srun -N3 --ntasks-per-node=1 dtlaunch ...` (a PyTorch gloo
+allreduce over the three nodes), `dtlaunch --launcher slurm` in a salloc shell, a failing worker
+(srun's exit code is the root cause's), scancel (nothing left in any namespace) and two tasks per
+node (refused with the fix).
+
+Needs root, iproute2, slurm-wlm and munge (scripts/setup.sh installs them); otherwise skipped with
+the reason. The daemons share one munged with its own socket, key and pid file in the temp dir (no
+system munged is touched). Each node namespace gets its own /etc/hosts (the node names) through
+/etc/netns/NS/hosts, which `ip netns exec` mounts, and which slurmd gets by a bind mount in a mount
+namespace of its own (slurmd keeps the host's /sys, and so its cgroups)."""
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from common import DTLAUNCH, WORKER, LaunchTest, Running, main, parse_env, torch_pythons, write_allreduce_script
+
+PREFIX = f"dtls{os.getpid()}"
+NODES = ["node1", "node2", "node3"]
+NS = {name: PREFIX + name for name in ["ctl", *NODES]}
+BRIDGE_NS = PREFIX + "br"
+NS_NAME = re.compile(r"^dtls(\d+)(ctl|node\d|br)$")
+SUBNET = f"10.233.{os.getpid() % 250 + 1}"
+ADDR = {name: f"{SUBNET}.{i + 1}" for i, name in enumerate(NS)}
+
+
+def run(*args, timeout=30, check=True, **kw):
+    r = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+    return r
+
+
+def why_no_slurm():
+    if os.geteuid() != 0:
+        return f"needs root for network namespaces and Slurm's daemons (uid {os.geteuid()}); CI runs as root"
+    for tool in ["ip", "nsenter", "unshare", "munged", "slurmctld", "slurmd", "srun", "salloc", "scancel", "sinfo"]:
+        if not shutil.which(tool):
+            return f"'{tool}' is not installed (scripts/setup.sh installs iproute2, slurm-wlm and munge)"
+    return None
+
+
+def netns_pids(name):
+    r = run("ip", "netns", "pids", name, check=False)
+    return [int(p) for p in r.stdout.split()]
+
+
+def stop(pid, timeout=10):
+    """SIGTERM, then SIGKILL; reaps it when it is our child."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return
+            except ChildProcessError:  # not ours (munged forks): poll for it
+                if not os.path.exists(f"/proc/{pid}"):
+                    return
+            time.sleep(0.05)
+
+
+def delete_stale():
+    """Namespaces of earlier runs that died before tearDownClass, with whatever still runs in them."""
+    for line in run("ip", "netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        m = NS_NAME.match(name)
+        if not m or os.path.exists(f"/proc/{m.group(1)}"):
+            continue  # not ours, or its run still going
+        for pid in netns_pids(name):
+            stop(pid, timeout=2)
+        run("ip", "netns", "del", name, check=False)
+        shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+
+
+def build_network():
+    run("ip", "netns", "add", BRIDGE_NS)
+    run("ip", "-n", BRIDGE_NS, "link", "add", "br0", "type", "bridge")
+    run("ip", "-n", BRIDGE_NS, "link", "set", "br0", "up")
+    hosts = "127.0.0.1 localhost\n" + "".join(f"{ADDR[n]} {n}\n" for n in NS)
+    for i, (name, ns) in enumerate(NS.items()):
+        run("ip", "netns", "add", ns)
+        run("ip", "-n", BRIDGE_NS, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+        run("ip", "-n", BRIDGE_NS, "link", "set", f"v{i}", "master", "br0", "up")
+        run("ip", "-n", ns, "link", "set", "lo", "up")
+        run("ip", "-n", ns, "addr", "add", f"{ADDR[name]}/24", "dev", "eth0")
+        run("ip", "-n", ns, "link", "set", "eth0", "up")
+        os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
+        with open(f"/etc/netns/{ns}/hosts", "w") as f:
+            f.write(hosts)
+
+
+def delete_network():
+    for ns in [*NS.values(), BRIDGE_NS]:
+        run("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
+
+
+def slurm_conf(d):
+    host = socket.gethostname().split(".")[0]  # slurmctld runs only where SlurmctldHost names this host
+    nodes = "".join(f"NodeName={n} NodeAddr={ADDR[n]} CPUs=4 State=UNKNOWN\n" for n in NODES)
+    return f"""ClusterName=dtltest
+SlurmctldHost={host}({ADDR['ctl']})
+SlurmctldPort=6917
+SlurmdPort=6918
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={d}/munge.socket
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+KillWait=5
+InactiveLimit=0
+SlurmdParameters=config_overrides
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool/%n
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.%n.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.%n.log
+{nodes}PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+@unittest.skipIf(why_no_slurm(), why_no_slurm())
+class Slurm(LaunchTest):
+    @classmethod
+    def setUpClass(cls):
+        delete_stale()
+        cls.dir = tempfile.mkdtemp(prefix="dtl-slurm-")
+        os.chmod(cls.dir, 0o755)  # munged wants its socket's directory searchable by all
+        cls.daemons = {}  # by name: munged, slurmctld, node1..3 (slurmd)
+        cls.popens = []
+        try:
+            build_network()
+            cls.start_cluster()
+        except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
+            cls.tearDownClass()
+            raise unittest.SkipTest(f"cannot start the Slurm test cluster: {e}")
+
+    @classmethod
+    def start_cluster(cls):
+        d = cls.dir
+        for sub in ["state", *[f"spool/{n}" for n in NODES]]:
+            os.makedirs(f"{d}/{sub}")
+        cls.conf = f"{d}/slurm.conf"
+        with open(cls.conf, "w") as f:
+            f.write(slurm_conf(d))
+        with open(f"{d}/munge.key", "wb") as f:
+            f.write(os.urandom(1024))
+        os.chmod(f"{d}/munge.key", 0o600)
+        munge = [f"--socket={d}/munge.socket", f"--key-file={d}/munge.key", f"--log-file={d}/munged.log",
+                 f"--pid-file={d}/munged.pid", f"--seed-file={d}/munged.seed"]
+        run("munged", *munge)  # forks; its pid file names the daemon
+        with open(f"{d}/munged.pid") as f:
+            cls.daemons["munged"] = int(f.read())
+        with open(f"{d}/daemons.out", "w") as log:
+            cls.popens.append(subprocess.Popen(
+                ["ip", "netns", "exec", NS["ctl"], "slurmctld", "-D", "-f", cls.conf], stdout=log, stderr=log))
+            cls.daemons["slurmctld"] = cls.popens[-1].pid
+            for n in NODES:  # nsenter, unshare and sh exec in turn: the pid is slurmd's
+                cls.popens.append(subprocess.Popen(
+                    ["nsenter", f"--net=/run/netns/{NS[n]}", "unshare", "--mount", "--propagation", "private", "sh",
+                     "-c", f"mount --bind /etc/netns/{NS[n]}/hosts /etc/hosts && exec slurmd -D -f {cls.conf} -N {n}"],
+                    stdout=log, stderr=log))
+                cls.daemons[n] = cls.popens[-1].pid
+        deadline = time.monotonic() + 30
+        while True:
+            r = cls.client("sinfo", "-h", "-o", "%t %D", check=False)
+            if r.stdout.strip() == "idle 3":
+                return
+            if time.monotonic() > deadline:
+                with open(f"{d}/daemons.out") as f:
+                    raise RuntimeError(f"the nodes are not idle after 30 s (sinfo: {r.stdout.strip()!r} "
+                                       f"{r.stderr.strip()!r}); daemons said:\n{f.read()[-2000:]}")
+            time.sleep(0.2)
+
+    @classmethod
+    def tearDownClass(cls):
+        for name in reversed(list(cls.daemons)):
+            stop(cls.daemons[name])
+        for p in cls.popens:  # reaped by stop(); this only tells Popen so
+            p.wait(timeout=10)
+        delete_network()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @classmethod
+    def client(cls, *args, timeout=30, check=True, env=None):
+        """A Slurm command in the controller's namespace (srun and salloc listen there for the nodes)."""
+        return run("ip", "netns", "exec", NS["ctl"], *args, timeout=timeout, check=check,
+                   env=env or {**os.environ, "SLURM_CONF": cls.conf})
+
+    def env(self, **extra):
+        return super().env(SLURM_CONF=self.conf, GLOO_SOCKET_IFNAME="eth0", **extra)
+
+    def srun(self, *args, timeout=60):
+        return self.client("srun", *map(str, args), timeout=timeout, check=False, env=self.env())
+
+    def assertNothingLeftInNodes(self, timeout=15):
+        """Each node's namespace holds its slurmd and nothing else (slurmstepd, dtlaunch, workers)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            extra = {n: sorted(set(netns_pids(NS[n])) - {self.daemons[n]}) for n in NODES}
+            if not any(extra.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        described = {n: [open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+                         for p in pids if os.path.exists(f"/proc/{p}")] for n, pids in extra.items() if pids}
+        self.assertEqual(described, {}, "processes left in the node namespaces")
+
+    # ---------------------------------------------------------------------------------------------
+
+    def test_print_config_in_an_srun_step_names_slurms_variables(self):
+        r = self.srun("-N3", "--ntasks-per-node=1", "--label", DTLAUNCH, "--print_config")
+        self.assertExitCode(r, 0)
+        r.stdout = re.sub(r" {2,}#", "  #", r.stdout)  # without the alignment
+        for node in range(3):
+            self.assertIn(f"{node}: nnodes: 3  # SLURM_STEP_NUM_NODES\n", r.stdout)
+            self.assertIn(f"{node}: node_rank: {node}  # SLURM_NODEID\n", r.stdout)
+            self.assertIn(f"{node}: master_addr: node1  # SLURM_STEP_NODELIST (its first host)\n", r.stdout)
+        job = re.search(r"rdzv_id: (\d+)\.0  # SLURM_JOB_ID\.SLURM_STEP_ID", r.stdout)
+        self.assertIsNotNone(job, r.stdout)
+        self.assertIn(f"master_port: {10000 + int(job.group(1)) % 10000}  # SLURM_JOB_ID (10000 + SLURM_JOB_ID % 10000)",
+                      r.stdout)
+
+    def test_srun_three_nodes_two_workers_each_run_a_gloo_allreduce(self):
+        pythons = torch_pythons()
+        if not pythons:
+            self.skipTest("no torch (Debian's python3-torch; scripts/setup.sh installs it)")
+        script = write_allreduce_script(self.tmp)
+        r = self.client("srun", "-N3", "--ntasks-per-node=1", DTLAUNCH, "--nproc_per_node=2", script,
+                        timeout=120, check=False, env=self.env(PYTHON_EXEC=pythons[0][1]))
+        self.assertExitCode(r, 0)
+        lines = re.findall(r"rank=(\d) world=(\d) sum=(\d+)", r.stdout)
+        self.assertEqual(sorted(int(rank) for rank, _, _ in lines), list(range(6)), r.stdout)
+        self.assertEqual({(world, total) for _, world, total in lines}, {("6", "21")})
+        self.assertNothingLeftInNodes()
+
+    def test_launcher_slurm_in_a_salloc_shell_starts_one_agent_per_node(self):
+        r = self.client("salloc", "-N3", DTLAUNCH, "--launcher", "slurm", "--nproc_per_node=2",
+                        "--log_line_prefix_template=[r${rank}]:", *self.worker("env"), timeout=60, check=False,
+                        env=self.env())
+        self.assertExitCode(r, 0)
+        ranks = parse_env(r.stdout)  # by global rank: the three nodes' lines interleave
+        self.assertEqual(sorted(ranks), list(range(6)), r.stdout)
+        job = re.search(r"salloc: Granted job allocation (\d+)", r.stderr).group(1)
+        for rank, env in ranks.items():
+            self.assertEqual((env["GROUP_RANK"], env["LOCAL_RANK"]), (str(rank // 2), str(rank % 2)))
+            self.assertEqual((env["WORLD_SIZE"], env["GROUP_WORLD_SIZE"], env["MASTER_ADDR"]), ("6", "3", "node1"))
+            self.assertEqual(env["MASTER_PORT"], str(10000 + int(job) % 10000))
+            self.assertEqual(env["TORCHELASTIC_RUN_ID"], f"{job}.0")
+        self.assertNothingLeftInNodes()
+
+    def test_a_failing_worker_gives_srun_the_root_causes_exit_code(self):
+        r = self.srun("-N3", "--ntasks-per-node=1", DTLAUNCH, "--nproc_per_node=2", *self.worker("exit", 7, 3))
+        self.assertExitCode(r, 7)
+        self.assertIn("exit code 7", r.stderr + r.stdout)
+        self.assertNothingLeftInNodes()
+
+    def test_scancel_leaves_nothing_running_in_any_namespace(self):
+        name = f"dtl{self.tag[:8]}"
+        running = Running(["ip", "netns", "exec", NS["ctl"], "srun", "-N3", "--ntasks-per-node=1", f"--job-name={name}",
+                           DTLAUNCH, "--nproc_per_node=2", *self.worker("pause")], self.env())
+        try:
+            running.wait_for(r"ready rank", count=6, timeout=30)
+            job = self.client("squeue", "-h", "-n", name, "-o", "%i").stdout.strip()
+            self.assertRegex(job, r"^\d+$")
+            self.client("scancel", job)
+            r = running.finish(timeout=30)
+            self.assertNotEqual(r.returncode, 0)
+        finally:
+            if running.proc.poll() is None:
+                running.proc.kill()
+                running.proc.wait(timeout=10)
+        self.assertNothingLeftInNodes()
+
+    def test_two_tasks_per_node_are_refused_with_the_fix(self):
+        r = self.srun("-N3", "--ntasks-per-node=2", DTLAUNCH, "--nproc_per_node=1", *self.worker("env"))
+        self.assertExitCode(r, 2)
+        self.assertIn("srun started 6 tasks on 3 nodes", r.stderr)
+        self.assertIn("use `srun --ntasks-per-node=1 dtlaunch ...`", r.stderr)
+        self.assertNotIn("RANK=", r.stdout)
+
+
+if __name__ == "__main__":
+    main()
