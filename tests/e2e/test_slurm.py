@@ -270,6 +270,17 @@ class Slurm(LaunchTest):
             self.assertEqual(env["TORCHELASTIC_RUN_ID"], f"{job}.0")
         self.assertNothingLeftInNodes()
 
+    def test_launcher_slurm_in_an_sbatch_script(self):
+        script, out = os.path.join(self.tmp, "job.sh"), os.path.join(self.tmp, "job.out")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\nexec {DTLAUNCH} --launcher slurm --nproc_per_node=1 --no_python {WORKER} exit 5 2\n")
+        r = self.client("sbatch", "--wait", "-N3", f"--output={out}", script, timeout=60, check=False, env=self.env())
+        with open(out) as f:
+            log = f.read()
+        self.assertEqual(r.returncode, 5, f"sbatch: {r.stdout}{r.stderr}\njob output:\n{log}")
+        self.assertIn("exit code 5", log)
+        self.assertNothingLeftInNodes()
+
     def test_a_failing_worker_gives_srun_the_root_causes_exit_code(self):
         r = self.srun("-N3", "--ntasks-per-node=1", DTLAUNCH, "--nproc_per_node=2", *self.worker("exit", 7, 3))
         self.assertExitCode(r, 7)
