@@ -32,6 +32,15 @@ bool slurm_step(const EnvLookup& env, ClusterDetection& d) {
     d.values[Setting::nnodes].refusal = why;
     d.values[Setting::node_rank].refusal = why;
   }
+  auto job = env("SLURM_JOB_ID");
+  auto id = job ? text::to_number<unsigned long>(text::trim(*job)) : std::nullopt;
+  // rdzv_id, not run_id: a --rdzv_id that the user gives wins over it, and so does --run_id.
+  if (id) {
+    d.values[Setting::rdzv_id] = {text::trim(*job) + "." + text::trim(*step), "SLURM_JOB_ID.SLURM_STEP_ID", "",
+                                  std::nullopt};
+  }
+  // One node (`srun --pty bash`, `srun -N1`) keeps one node's defaults: the store on loopback, a free port.
+  if (text::trim(*nodes) == "1") return true;
   Detected& addr = d.values[Setting::master_addr] = {"", "SLURM_STEP_NODELIST", "its first host", std::nullopt};
   try {
     auto hosts = expand_hostlist(*nodelist);
@@ -40,13 +49,9 @@ bool slurm_step(const EnvLookup& env, ClusterDetection& d) {
   } catch (const std::invalid_argument& e) {
     addr.refusal = "SLURM_STEP_NODELIST=" + printable(*nodelist) + ": " + e.what() + " (give --master_addr)";
   }
-  auto job = env("SLURM_JOB_ID");
-  if (auto id = job ? text::to_number<unsigned long>(text::trim(*job)) : std::nullopt) {
+  if (id) {
     d.values[Setting::master_port] = {std::to_string(slurm_job_port(*id)), "SLURM_JOB_ID",
                                       "10000 + SLURM_JOB_ID % 10000", std::nullopt};
-    // rdzv_id, not run_id: a --rdzv_id that the user gives wins over it, and so does --run_id.
-    d.values[Setting::rdzv_id] = {text::trim(*job) + "." + text::trim(*step), "SLURM_JOB_ID.SLURM_STEP_ID", "",
-                                  std::nullopt};
   }
   return true;
 }

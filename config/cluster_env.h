@@ -1,6 +1,12 @@
 // What a scheduler that started dtlaunch says about the job, from its variables: inside an `srun`
 // step (Slurm), `mpirun` (Open MPI) or another PMI launcher (MPICH, Intel MPI). These values rank
 // below the flags and variables a user sets and above the config file and the defaults.
+//
+// What Slurm 22.05 sets (recorded by e2e/test_slurm.py's cluster): an srun step has SLURM_STEP_ID,
+// SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST, SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE,
+// SLURM_NODEID, SLURM_PROCID, SLURM_LOCALID and the job's SLURM_JOB_*; a salloc shell has only the
+// job's (SLURM_JOB_ID, SLURM_JOB_NUM_NODES, SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE...); an sbatch
+// script has those plus SLURM_NODEID=0, SLURM_PROCID=0 and SLURM_LOCALID=0, but no SLURM_STEP_*.
 #pragma once
 
 #include <map>

@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -109,7 +110,7 @@ def delete_network():
 
 def slurm_conf(d):
     host = socket.gethostname().split(".")[0]  # slurmctld runs only where SlurmctldHost names this host
-    nodes = "".join(f"NodeName={n} NodeAddr={ADDR[n]} CPUs=4 State=UNKNOWN\n" for n in NODES)
+    nodes = "".join(f"NodeName={n} NodeAddr={ADDR[n]} CPUs=4 Gres=gpu:4 State=UNKNOWN\n" for n in NODES)
     return f"""ClusterName=dtltest
 SlurmctldHost={host}({ADDR['ctl']})
 SlurmctldPort=6917
@@ -123,9 +124,11 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/builtin
 SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none
+GresTypes=gpu
 MailProg=/bin/true
 ReturnToService=2
 KillWait=5
@@ -165,6 +168,13 @@ class Slurm(LaunchTest):
         cls.conf = f"{d}/slurm.conf"
         with open(cls.conf, "w") as f:
             f.write(slurm_conf(d))
+        # Four GPUs per node for Slurm's gres: character devices (/dev/null's) that Slurm counts by
+        # the number in their name; dtlaunch's --fake_gpus=4 stands for the GPUs themselves.
+        os.makedirs(f"{d}/dev")
+        for i in range(4):
+            os.mknod(f"{d}/dev/nvidia{i}", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        with open(f"{d}/gres.conf", "w") as f:  # beside slurm.conf, where Slurm looks for it
+            f.write(f"Name=gpu File={d}/dev/nvidia[0-3]\n")
         with open(f"{d}/munge.key", "wb") as f:
             f.write(os.urandom(1024))
         os.chmod(f"{d}/munge.key", 0o600)
@@ -241,6 +251,10 @@ class Slurm(LaunchTest):
         self.assertIsNotNone(job, r.stdout)
         self.assertIn(f"master_port: {10000 + int(job.group(1)) % 10000}  # SLURM_JOB_ID (10000 + SLURM_JOB_ID % 10000)",
                       r.stdout)
+        one = self.srun("-N1", DTLAUNCH, "--print_config")  # one node: the store stays on loopback
+        self.assertExitCode(one, 0)
+        self.assertRegex(one.stdout, r"\nmaster_addr: 127\.0\.0\.1 +# default\n")
+        self.assertRegex(one.stdout, r"\nnnodes: 1 +# SLURM_STEP_NUM_NODES\n")
 
     def test_srun_three_nodes_two_workers_each_run_a_gloo_allreduce(self):
         pythons = torch_pythons()
@@ -253,6 +267,26 @@ class Slurm(LaunchTest):
         lines = re.findall(r"rank=(\d) world=(\d) sum=(\d+)", r.stdout)
         self.assertEqual(sorted(int(rank) for rank, _, _ in lines), list(range(6)), r.stdout)
         self.assertEqual({(world, total) for _, world, total in lines}, {("6", "21")})
+        self.assertNothingLeftInNodes()
+
+    def test_the_workers_get_the_gpus_slurm_gave_the_step(self):
+        # Another job holds GPU 0 of each node, so that the step's GPUs are 1 and 2, not the first two.
+        holder = self.client("sbatch", "-N3", "--gres=gpu:1", "--output=/dev/null", "--wrap=sleep 120",
+                             env=self.env()).stdout.split()[-1]
+        try:
+            deadline = time.monotonic() + 20
+            while self.client("squeue", "-h", "-j", holder, "-o", "%t").stdout.strip() != "R":
+                self.assertLess(time.monotonic(), deadline, "the job holding GPU 0 does not start")
+                time.sleep(0.1)
+            r = self.srun("-N3", "--ntasks-per-node=1", "--gres=gpu:2", DTLAUNCH, "--fake_gpus=4",
+                          "--nproc_per_node=gpu", "--log_line_prefix_template=[r${rank}]:", *self.worker("env"))
+        finally:
+            self.client("scancel", holder, check=False)
+        self.assertExitCode(r, 0)
+        ranks = parse_env(r.stdout)
+        self.assertEqual(sorted(ranks), list(range(6)), r.stdout)  # two GPUs on each of 3 nodes
+        self.assertEqual({rank: env["CUDA_VISIBLE_DEVICES"] for rank, env in ranks.items()},
+                         {rank: str(1 + rank % 2) for rank in range(6)})
         self.assertNothingLeftInNodes()
 
     def test_launcher_slurm_in_a_salloc_shell_starts_one_agent_per_node(self):

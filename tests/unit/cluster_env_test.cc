@@ -57,6 +57,15 @@ TEST_CASE("an srun step gives the step's nodes, the node id, the first host, a p
   CHECK(slurm_job_port(1234567) == 14567);
 }
 
+TEST_CASE("a one-node step keeps one node's defaults for the store's address and port") {
+  auto d = detect_cluster(env_of(srun_step({{"SLURM_STEP_NUM_NODES", "1"}, {"SLURM_STEP_NUM_TASKS", "1"},
+                                            {"SLURM_NODEID", "0"}, {"SLURM_STEP_NODELIST", "gpu02"}})));
+  CHECK(d.values.at(Setting::nnodes).text == "1");
+  CHECK(d.values.count(Setting::master_addr) == 0);
+  CHECK(d.values.count(Setting::master_port) == 0);
+  CHECK(d.values.at(Setting::rdzv_id).text == "12345.0");
+}
+
 TEST_CASE("a salloc or sbatch shell outside a step detects nothing") {
   // salloc -N3's shell, and an sbatch script (which has SLURM_NODEID and SLURM_PROCID, but no step).
   Vars salloc{{"SLURM_JOB_ID", "2"}, {"SLURM_JOB_NUM_NODES", "3"}, {"SLURM_NNODES", "3"},
