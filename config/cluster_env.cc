@@ -28,7 +28,9 @@ bool slurm_step(const EnvLookup& env, ClusterDetection& d) {
   if (auto tasks = env("SLURM_STEP_NUM_TASKS"); tasks && text::trim(*tasks) != text::trim(*nodes)) {
     const std::string why = "srun started " + printable(*tasks) + " tasks on " + printable(*nodes) +
                             " nodes (SLURM_STEP_NUM_TASKS, SLURM_STEP_NUM_NODES), and dtlaunch wants one per node, "
-                            "as it starts the node's workers itself: use `srun --ntasks-per-node=1 dtlaunch ...`";
+                            "as it starts the node's workers itself: use `srun --ntasks-per-node=1 --ntasks=" +
+                            printable(text::trim(*nodes)) + " dtlaunch ...` (--ntasks too: srun takes the allocation's "
+                            "task count over --ntasks-per-node)";
     d.values[Setting::nnodes].refusal = why;
     d.values[Setting::node_rank].refusal = why;
   }

@@ -4,9 +4,26 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <iostream>
 
+#include "config/text.h"
+
 namespace dtl::launcher {
+namespace {
+
+/// The fewest CPUs any node of the job has, from SLURM_JOB_CPUS_PER_NODE ("72(x2),36"); 0 if unreadable.
+long fewest_cpus(const std::string& compressed) {
+  long fewest = 0;
+  for (const auto& item : text::split(compressed, ',')) {
+    auto n = text::to_long(item.substr(0, item.find('(')));
+    if (!n || *n <= 0) return 0;
+    fewest = fewest ? std::min(fewest, *n) : *n;
+  }
+  return fewest;
+}
+
+}  // namespace
 
 std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std::string>& args,
                                                            const config::LaunchOptions& o,
@@ -32,7 +49,13 @@ std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std
   // The program and its arguments end `args`; --launcher goes from the options before them.
   const size_t program = args.size() - o.program_args.size() - 1;
   std::vector<std::string> command{"srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"};
-  if (!nodes.empty()) command.push_back("--nodes=" + nodes);
+  // --ntasks as well: srun reads the allocation's SLURM_NTASKS (`sbatch --ntasks-per-node=8`: 8 per
+  // node), and then ignores --ntasks-per-node=1.
+  if (!nodes.empty()) command.insert(command.end(), {"--nodes=" + nodes, "--ntasks=" + nodes});
+  // Since 22.05 a step's task gets one CPU unless told (srun no longer inherits --cpus-per-task):
+  // the agent and its workers get the node's CPUs, unless SRUN_CPUS_PER_TASK says otherwise.
+  const long cpus = fewest_cpus(env("SLURM_JOB_CPUS_PER_NODE").value_or(""));
+  if (cpus > 0 && !env("SRUN_CPUS_PER_TASK")) command.push_back("--cpus-per-task=" + std::to_string(cpus));
   command.push_back(self);
   for (size_t i = 0; i < program; ++i) {
     if (args[i] == "--launcher") {

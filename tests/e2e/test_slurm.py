@@ -304,6 +304,14 @@ class Slurm(LaunchTest):
             self.assertEqual(env["TORCHELASTIC_RUN_ID"], f"{job}.0")
         self.assertNothingLeftInNodes()
 
+    def test_launcher_slurm_gives_each_agent_the_cpus_of_its_node(self):
+        # An allocation of 3 tasks per node: srun --ntasks-per-node=1 alone would make a step of one
+        # CPU per node (which task/affinity or task/cgroup, unlike this cluster's task/none, enforce).
+        r = self.client("salloc", "-N3", "--ntasks-per-node=3", DTLAUNCH, "--launcher", "slurm", "--no_python", "sh",
+                        "-c", "echo cpus=$SLURM_CPUS_PER_TASK", timeout=60, check=False, env=self.env())
+        self.assertExitCode(r, 0)
+        self.assertEqual(re.findall(r"cpus=(\d*)", r.stdout), ["3"] * 3, r.stdout)
+
     def test_launcher_slurm_in_an_sbatch_script(self):
         script, out = os.path.join(self.tmp, "job.sh"), os.path.join(self.tmp, "job.out")
         with open(script, "w") as f:
@@ -342,9 +350,18 @@ class Slurm(LaunchTest):
         r = self.srun("-N3", "--ntasks-per-node=2", DTLAUNCH, "--nproc_per_node=1", *self.worker("env"))
         self.assertExitCode(r, 2)
         self.assertIn("srun started 6 tasks on 3 nodes", r.stderr)
-        self.assertIn("use `srun --ntasks-per-node=1 dtlaunch ...`", r.stderr)
+        self.assertIn("use `srun --ntasks-per-node=1 --ntasks=3 dtlaunch ...`", r.stderr)
         self.assertNotIn("RANK=", r.stdout)
-
+        # In an allocation of two tasks per node, srun takes its SLURM_NTASKS over --ntasks-per-node=1
+        # (with a warning); the fix the error gives works.
+        inside = ["salloc", "-N3", "--ntasks-per-node=2", "srun", "--ntasks-per-node=1"]
+        r = self.client(*inside, DTLAUNCH, *self.worker("env"), check=False, env=self.env())
+        self.assertExitCode(r, 2)
+        self.assertIn("use `srun --ntasks-per-node=1 --ntasks=3 dtlaunch ...`", r.stderr)
+        r = self.client(*inside, "--ntasks=3", DTLAUNCH, "--log_line_prefix_template=[r${rank}]:", *self.worker("env"),
+                        check=False, env=self.env())
+        self.assertExitCode(r, 0)
+        self.assertEqual(sorted(parse_env(r.stdout)), [0, 1, 2])
 
 if __name__ == "__main__":
     main()

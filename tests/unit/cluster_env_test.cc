@@ -84,7 +84,8 @@ TEST_CASE("more than one srun task per node is refused with the fix, when the ra
   CHECK(r.error->exit_code == 2);
   CHECK(r.error->message ==
         "srun started 6 tasks on 3 nodes (SLURM_STEP_NUM_TASKS, SLURM_STEP_NUM_NODES), and dtlaunch wants one per "
-        "node, as it starts the node's workers itself: use `srun --ntasks-per-node=1 dtlaunch ...`");
+        "node, as it starts the node's workers itself: use `srun --ntasks-per-node=1 --ntasks=3 dtlaunch ...` "
+        "(--ntasks too: srun takes the allocation's task count over --ntasks-per-node)");
   // Given both, the user says what each task is.
   CHECK(ok({"--nnodes=6", "--node_rank=4", "train.py"}, two).node_rank == 4);
 }
@@ -158,11 +159,12 @@ TEST_CASE("--launcher slurm becomes srun with one task per node and the same arg
   auto command = dtl::launcher::srun_command(args, o, env_of(salloc), "/bin/dtlaunch");
   REQUIRE(std::holds_alternative<std::vector<std::string>>(command));
   CHECK(std::get<std::vector<std::string>>(command) ==
-        std::vector<std::string>{"srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--nodes=3", "/bin/dtlaunch",
+        std::vector<std::string>{"srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--nodes=3", "--ntasks=3",
+                                 "/bin/dtlaunch",
                                  "--nproc_per_node=2", "--launcher=", "--", "train.py", "--launcher", "x"});
   // The agents' own line must not start srun again, and parses as the same launch.
   const auto& srun = std::get<std::vector<std::string>>(command);
-  auto agent = ok(std::vector<std::string>(srun.begin() + 5, srun.end()), srun_step({{"PET_LAUNCHER", "slurm"}}));
+  auto agent = ok(std::vector<std::string>(srun.begin() + 6, srun.end()), srun_step({{"PET_LAUNCHER", "slurm"}}));
   CHECK(agent.launcher.empty());
   CHECK(agent.program_args == std::vector<std::string>{"--launcher", "x"});
 
@@ -170,6 +172,25 @@ TEST_CASE("--launcher slurm becomes srun with one task per node and the same arg
   auto fewer = dtl::launcher::srun_command(two, ok(two, salloc), env_of(salloc), "d");
   REQUIRE(std::holds_alternative<std::vector<std::string>>(fewer));
   CHECK(std::get<std::vector<std::string>>(fewer)[3] == "--nodes=2");
+  CHECK(std::get<std::vector<std::string>>(fewer)[4] == "--ntasks=2");
+}
+
+TEST_CASE("--launcher slurm gives each agent the CPUs of the job's smallest node, unless SRUN_CPUS_PER_TASK is set") {
+  const std::vector<std::string> args{"--launcher=slurm", "train.py"};
+  const auto cpus = [&](Vars env) {
+    env["SLURM_JOB_ID"] = "2";
+    auto command = dtl::launcher::srun_command(args, ok(args, env), env_of(env), "d");
+    REQUIRE(std::holds_alternative<std::vector<std::string>>(command));
+    for (const auto& a : std::get<std::vector<std::string>>(command)) {
+      if (a.rfind("--cpus-per-task=", 0) == 0) return a;
+    }
+    return std::string("none");
+  };
+  CHECK(cpus({{"SLURM_JOB_CPUS_PER_NODE", "72(x2),36"}}) == "--cpus-per-task=36");
+  CHECK(cpus({{"SLURM_JOB_CPUS_PER_NODE", "8"}}) == "--cpus-per-task=8");
+  CHECK(cpus({{"SLURM_JOB_CPUS_PER_NODE", "8(x3)"}, {"SRUN_CPUS_PER_TASK", "2"}}) == "none");
+  CHECK(cpus({{"SLURM_JOB_CPUS_PER_NODE", "x"}}) == "none");
+  CHECK(cpus({}) == "none");
 }
 
 TEST_CASE("--launcher slurm is refused outside an allocation, inside a step and with --node_rank") {
