@@ -10,6 +10,7 @@ the reason. The daemons share one munged with its own socket, key and pid file i
 system munged is touched). Each node namespace gets its own /etc/hosts (the node names) through
 /etc/netns/NS/hosts, which `ip netns exec` mounts, and which slurmd gets by a bind mount in a mount
 namespace of its own (slurmd keeps the host's /sys, and so its cgroups)."""
+import glob
 import os
 import re
 import shutil
@@ -72,17 +73,35 @@ def stop(pid, timeout=10):
             time.sleep(0.05)
 
 
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def running_elsewhere(pid):
+    """Whether `pid` is another run of this file, still going."""
+    return int(pid) != os.getpid() and b"test_slurm" in read_bytes(f"/proc/{pid}/cmdline")
+
+
 def delete_stale():
-    """Namespaces of earlier runs that died before tearDownClass, with whatever still runs in them."""
+    """What earlier runs that died before tearDownClass left: namespaces, with whatever still runs in
+    them (every daemon runs in one), and their temp dirs."""
     for line in run("ip", "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         m = NS_NAME.match(name)
-        if not m or os.path.exists(f"/proc/{m.group(1)}"):
+        if not m or running_elsewhere(m.group(1)):
             continue  # not ours, or its run still going
         for pid in netns_pids(name):
             stop(pid, timeout=2)
         run("ip", "netns", "del", name, check=False)
         shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), "dtl-slurm-*-*")):
+        m = re.match(r"dtl-slurm-(\d+)-", os.path.basename(path))
+        if m and not running_elsewhere(m.group(1)):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def build_network():
@@ -149,7 +168,7 @@ class Slurm(LaunchTest):
     @classmethod
     def setUpClass(cls):
         delete_stale()
-        cls.dir = tempfile.mkdtemp(prefix="dtl-slurm-")
+        cls.dir = tempfile.mkdtemp(prefix=f"dtl-slurm-{os.getpid()}-")
         os.chmod(cls.dir, 0o755)  # munged wants its socket's directory searchable by all
         cls.daemons = {}  # by name: munged, slurmctld, node1..3 (slurmd)
         cls.popens = []
@@ -180,7 +199,9 @@ class Slurm(LaunchTest):
         os.chmod(f"{d}/munge.key", 0o600)
         munge = [f"--socket={d}/munge.socket", f"--key-file={d}/munge.key", f"--log-file={d}/munged.log",
                  f"--pid-file={d}/munged.pid", f"--seed-file={d}/munged.seed"]
-        run("munged", *munge)  # forks; its pid file names the daemon
+        # In the controller's namespace (its socket is a file, reachable from all), so that a run that
+        # dies leaves it where delete_stale finds it. It forks; its pid file names the daemon.
+        run("ip", "netns", "exec", NS["ctl"], "munged", *munge)
         with open(f"{d}/munged.pid") as f:
             cls.daemons["munged"] = int(f.read())
         with open(f"{d}/daemons.out", "w") as log:
