@@ -41,6 +41,7 @@ std::vector<std::string> expand_group(const std::string& item, const std::string
     const uint64_t hi = dash == std::string::npos ? lo : bound(item, part.substr(dash + 1));
     if (hi < lo) bad(item, "range '" + part + "' goes down");
     if (hi - lo >= kMaxRange) bad(item, "range '" + part + "' has more than 65536 hosts");
+    if (out.size() + (hi - lo) >= kMaxRange) bad(item, "more than 65536 hosts, dtlaunch's limit");
     for (uint64_t v = lo; v <= hi; ++v) {
       std::string n = std::to_string(v);
       if (n.size() < lo_text.size()) n.insert(0, lo_text.size() - n.size(), '0');
@@ -75,7 +76,7 @@ void expand_item(const std::string& item, std::vector<std::string>& out) {
   uint64_t total = 1;
   for (const auto& g : groups) {
     total *= g.size();
-    if (total > kMaxRange) bad(item, "more than 65536 hosts");
+    if (total > kMaxRange) bad(item, "more than 65536 hosts, dtlaunch's limit");
   }
   std::vector<size_t> order{groups.size() - 1};  // fastest first
   for (size_t g = 0; g + 1 < groups.size(); ++g) order.push_back(g);

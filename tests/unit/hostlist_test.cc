@@ -63,5 +63,6 @@ TEST_CASE("malformed hostlists are refused with the reason") {
   CHECK(reason("n[[1]]") == "hostlist item 'n[[': '[' inside '[...]'");
   CHECK(reason("n[1-2]x") == "hostlist item 'n[1-2]x': text after the last ']' ('x'), which Slurm refuses");
   CHECK(reason("n[1-65537]") == "hostlist item 'n[1-65537]': range '1-65537' has more than 65536 hosts");
-  CHECK(reason("n[1-300][1-300]") == "hostlist item 'n[1-300][1-300]': more than 65536 hosts");
+  CHECK(reason("n[1-300][1-300]") == "hostlist item 'n[1-300][1-300]': more than 65536 hosts, dtlaunch's limit");
+  CHECK(reason("n[1-40000,1-40000]") == "hostlist item 'n[1-40000,1-40000]': more than 65536 hosts, dtlaunch's limit");
 }
