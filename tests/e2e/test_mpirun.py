@@ -17,7 +17,10 @@ def mpirun_args():
     return args
 
 
-@unittest.skipIf(not shutil.which("mpirun"), "mpirun is not installed (Debian's openmpi-bin; scripts/setup.sh installs it)")
+NO_MPIRUN = "mpirun is not installed (Debian's openmpi-bin; scripts/setup.sh installs it)"
+
+
+@unittest.skipIf(not shutil.which("mpirun"), NO_MPIRUN)
 class Mpirun(LaunchTest):
     def mpirun(self, *args):
         return subprocess.run([*mpirun_args(), DTLAUNCH, *map(str, args)], env=self.env(), capture_output=True,

@@ -18,7 +18,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -270,8 +269,8 @@ class Slurm(LaunchTest):
             self.assertIn(f"{node}: master_addr: node1  # SLURM_STEP_NODELIST (its first host)\n", r.stdout)
         job = re.search(r"rdzv_id: (\d+)\.0  # SLURM_JOB_ID\.SLURM_STEP_ID", r.stdout)
         self.assertIsNotNone(job, r.stdout)
-        self.assertIn(f"master_port: {10000 + int(job.group(1)) % 10000}  # SLURM_JOB_ID (10000 + SLURM_JOB_ID % 10000)",
-                      r.stdout)
+        port = 10000 + int(job.group(1)) % 10000
+        self.assertIn(f"master_port: {port}  # SLURM_JOB_ID (10000 + SLURM_JOB_ID % 10000)", r.stdout)
         one = self.srun("-N1", DTLAUNCH, "--print_config")  # one node: the store stays on loopback
         self.assertExitCode(one, 0)
         self.assertRegex(one.stdout, r"\nmaster_addr: 127\.0\.0\.1 +# default\n")
