@@ -128,7 +128,7 @@ TEST_CASE("flags and variables win over what srun says, which wins over the conf
   CHECK(filed.options->max_restarts == 2);
 }
 
-TEST_CASE("--print_config names the variable each detected value came from") {
+TEST_CASE("print_config names the variable each detected value came from") {
   auto r = parse({"--print_config"}, srun_step());
   for (size_t at; (at = r.output.find("   ")) != std::string::npos;) r.output.erase(at, 1);  // the alignment
   INFO(r.output);
@@ -150,7 +150,7 @@ TEST_CASE("errors name the scheduler's variable") {
   CHECK(ok({"--master_addr=h", "train.py"}, srun_step({{"SLURM_STEP_NODELIST", "n[3-1]"}})).master_addr == "h");
 }
 
-TEST_CASE("--launcher slurm becomes srun with one task per node and the same arguments") {
+TEST_CASE("launcher slurm becomes srun with one task per node and the same arguments") {
   const Vars salloc{{"SLURM_JOB_ID", "2"}, {"SLURM_JOB_NUM_NODES", "3"}};
   const std::vector<std::string> args{"--launcher", "slurm", "--nproc_per_node=2", "--", "train.py", "--launcher",
                                       "x"};
@@ -175,7 +175,7 @@ TEST_CASE("--launcher slurm becomes srun with one task per node and the same arg
   CHECK(std::get<std::vector<std::string>>(fewer)[4] == "--ntasks=2");
 }
 
-TEST_CASE("--launcher slurm gives each agent the CPUs of the job's smallest node, unless SRUN_CPUS_PER_TASK is set") {
+TEST_CASE("launcher slurm gives each agent the CPUs of the job's smallest node, unless SRUN_CPUS_PER_TASK is set") {
   const std::vector<std::string> args{"--launcher=slurm", "train.py"};
   const auto cpus = [&](Vars env) {
     env["SLURM_JOB_ID"] = "2";
@@ -193,7 +193,7 @@ TEST_CASE("--launcher slurm gives each agent the CPUs of the job's smallest node
   CHECK(cpus({}) == "none");
 }
 
-TEST_CASE("--launcher slurm is refused outside an allocation, inside a step and with --node_rank") {
+TEST_CASE("launcher slurm is refused outside an allocation, inside a step and with --node_rank") {
   const auto error = [](std::vector<std::string> args, const Vars& env) {
     auto command = dtl::launcher::srun_command(args, ok(args, env), env_of(env), "d");
     REQUIRE(std::holds_alternative<dtl::Error>(command));
