@@ -168,6 +168,14 @@ TEST_CASE("launcher slurm becomes srun with one task per node and the same argum
   CHECK(agent.launcher.empty());
   CHECK(agent.program_args == std::vector<std::string>{"--launcher", "x"});
 
+  // accelerate's spelling keeps its first word, which says how the rest reads.
+  const std::vector<std::string> acc{"launch", "--launcher=slurm", "--num_processes=4", "t.py"};
+  auto accelerate = dtl::launcher::srun_command(acc, ok(acc, salloc), env_of(salloc), "d");
+  REQUIRE(std::holds_alternative<std::vector<std::string>>(accelerate));
+  CHECK(std::vector<std::string>(std::get<std::vector<std::string>>(accelerate).begin() + 5,
+                                 std::get<std::vector<std::string>>(accelerate).end()) ==
+        std::vector<std::string>{"d", "launch", "--num_processes=4", "--launcher=", "--", "t.py"});
+
   const std::vector<std::string> two{"--launcher=slurm", "--nnodes=2", "train.py"};
   auto fewer = dtl::launcher::srun_command(two, ok(two, salloc), env_of(salloc), "d");
   REQUIRE(std::holds_alternative<std::vector<std::string>>(fewer));
