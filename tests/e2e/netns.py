@@ -13,10 +13,14 @@ import subprocess
 STALE_NAME = re.compile(r"^dtl(\d+)[a-z]")
 
 
+class NetworkError(RuntimeError):
+    """An `ip` command failed: no namespaces here (a container without CAP_NET_ADMIN, say)."""
+
+
 def ip(*args, check=True):
     r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
     if check and r.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+        raise NetworkError(f"ip {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
     return r
 
 
@@ -75,7 +79,7 @@ class Network:
             raise ValueError(f"bad node names: {self.nodes}")
 
     def build(self):
-        """Makes the namespaces, or raises RuntimeError / TimeoutExpired after deleting what it made."""
+        """Makes the namespaces, or raises NetworkError / TimeoutExpired after deleting what it made."""
         try:
             ip("netns", "add", self.bridge_ns)
             ip("-n", self.bridge_ns, "link", "set", "lo", "up")
