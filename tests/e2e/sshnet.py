@@ -208,7 +208,8 @@ class SshCluster:
     def run_in_launcher(self, argv, timeout=30, **kwargs):
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
-        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        if "input" not in kwargs:
+            kwargs.setdefault("stdin", subprocess.DEVNULL)
         return subprocess.run(self.launcher_argv(argv), timeout=timeout, **kwargs)
 
     def ssh(self, host, *command, config=None, timeout=30, **kwargs):

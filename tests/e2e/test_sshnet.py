@@ -8,7 +8,9 @@ Needs root, iproute2 and openssh-server (scripts/setup.sh installs them); skippe
 otherwise."""
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -107,6 +109,28 @@ class SshNet(unittest.TestCase):
         self.assertNotIn("l", left)
         self.c.kill_leftovers()
         self.assertEqual(self.c.wait_clean(timeout=5), {})
+
+    def test_stdin_reaches_the_remote_command(self):
+        r = self.c.ssh(self.c.hosts[0], "cat", input="token-a1b2\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "token-a1b2\n")
+
+    def test_a_remote_command_sees_the_end_of_its_stdin_when_the_client_dies(self):
+        # What a remote agent can watch instead of a hang-up signal that never comes without a tty.
+        marker = os.path.join(tempfile.mkdtemp(prefix="dtl-sshnet-eof-"), "eof")
+        self.addCleanup(shutil.rmtree, os.path.dirname(marker), True)
+        client = subprocess.Popen(self.c.launcher_argv(["ssh", "-F", self.c.config, self.c.hosts[1],
+                                                        f"cat >/dev/null; echo eof > {marker}"]),
+                                  stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self.assertIsNotNone(self.c.wait_for_process("n1", r"^cat$"))
+        finally:
+            client.kill()
+            client.wait(timeout=10)
+            client.stdin.close()
+        self.assertEqual(self.c.wait_clean(timeout=5), {})
+        with open(marker) as f:
+            self.assertEqual(f.read(), "eof\n")
 
     def test_hostfile_writes_deepspeed_lines_of_node_addresses(self):
         with open(self.c.hostfile(slots=2)) as f:
