@@ -11,6 +11,7 @@
 #include "config/accelerate_line.h"
 #include "config/cluster_env.h"
 #include "config/config_file.h"
+#include "config/pod_variables.h"
 #include "config/text.h"
 
 namespace dtl::config {
@@ -537,6 +538,7 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
     return result;
   }
   if (rest.empty()) return failed(Error{"no program to launch (usage: dtlaunch [options] program [args...])"});
+  if (auto error = check_pod_variables(env, o)) return failed(*error);
   o.program = rest.front();
   o.program_args.assign(rest.begin() + 1, rest.end());
   result.options = std::move(o);

@@ -59,6 +59,7 @@ const char* kWorkers = "Workers";
 const char* kNodes = "Nodes and rendezvous";
 const char* kOutput = "Output";
 const char* kGpus = "GPUs";
+const char* kFanout = "Many nodes from one command";
 const char* kAccelerate = "accelerate's settings";
 
 using O = LaunchOptions;
@@ -165,13 +166,6 @@ const std::vector<Flag> kFlags = {
     {.id = Setting::standalone, .name = "standalone", .type = Type::switch_, .group = kNodes,
      .help = "single node: a free port for rank 0 and a random run id",
      .apply = [](const S& t, O& o) { o.standalone = parse_bool(t); }},
-    {.id = Setting::launcher, .name = "launcher", .group = kNodes,
-     .help = "start every node's agent from this command: `slurm` runs `srun --ntasks-per-node=1` over the "
-             "allocation's nodes (in an `sbatch` script or `salloc` shell); `ssh`: not yet",
-     .choices = {"ssh", "slurm"},
-     .apply = [](const S& t, O& o) {
-       if (!trim(t).empty()) o.launcher = one_of(t, choices(Setting::launcher));
-     }},
     {.id = Setting::rdzv_backend, .name = "rdzv_backend", .accelerate_key = "rdzv_backend", .accelerate_as_is = true,
      .default_value = "static", .group = kNodes, .help = "rendezvous backend: `static` or `c10d`",
      .choices = {"static", "c10d"},
@@ -325,6 +319,55 @@ const std::vector<Flag> kFlags = {
      .accelerate_as_is = true, .type = Type::switch_, .group = kAccelerate,
      .help = "`ACCELERATE_DEBUG_MODE` for the workers: accelerate checks collective operations",
      .apply = [](const S& t, O& o) { o.debug = parse_bool(t); }},
+    {.id = Setting::launcher, .name = "launcher", .group = kFanout,
+     .help = "start every node's agent from this command: `slurm` runs `srun --ntasks-per-node=1` over the "
+             "allocation's nodes (in an `sbatch` script or `salloc` shell); `ssh` over ssh to `--hostfile`/`--hosts` "
+             "(which they imply anyway)",
+     .choices = {"ssh", "slurm"},
+     .apply = [](const S& t, O& o) {
+       if (!trim(t).empty()) o.launcher = one_of(t, choices(Setting::launcher));
+     }},
+    {.id = Setting::hostfile, .name = "hostfile", .group = kFanout,
+     .help = "start one agent per host over ssh: DeepSpeed's hostfile (`host slots=N`; a bare `host` runs "
+             "`--nproc_per_node` workers); the first host is `master_addr`",
+     .names_path = true, .apply = [](const S& t, O& o) { o.fanout.hostfile = trim(t); }},
+    {.id = Setting::hosts, .name = "hosts", .group = kFanout, .help = "the hosts without a file: `h1:4,h2:4` or `h1,h2`",
+     .apply = [](const S& t, O& o) { o.fanout.hosts = trim(t); }},
+    {.id = Setting::include, .name = "include", .group = kFanout,
+     .help = "only these hosts, or these slots of a host (DeepSpeed's `h1@h2:0,2`)",
+     .apply = [](const S& t, O& o) { o.fanout.include = trim(t); }},
+    {.id = Setting::exclude, .name = "exclude", .group = kFanout, .help = "all hosts and slots but these (`h1:0@h3`)",
+     .apply = [](const S& t, O& o) { o.fanout.exclude = trim(t); }},
+    {.id = Setting::ssh_port, .name = "ssh_port", .default_shown = "ssh's", .group = kFanout,
+     .help = "the hosts' ssh port", .apply = [](const S& t, O& o) {
+       if (!trim(t).empty()) o.fanout.ssh_port = static_cast<int>(parse_int(t, 1, 65535, "a port in 1..65535"));
+     }},
+    {.id = Setting::ssh_command, .name = "ssh_command", .default_value = "ssh", .group = kFanout,
+     .help = "the ssh client and its options, split as a shell would (`ssh -F cfg -i key`); "
+             "`-o BatchMode=yes` is added",
+     .apply = [](const S& t, O& o) { o.fanout.ssh_command = word(t, "an ssh command"); }},
+    {.id = Setting::export_, .name = "export", .type = Type::list, .group = kFanout,
+     .help = "more variables for every host's agent: `NAME` (its value here) or `NAME=VALUE`; `NCCL_*`, `PYTHON*`, "
+             "`CUDA_*`, `TORCH_*`, `HF_*`, `OMP_*` and `./.dtlaunch_env`'s lines always go",
+     .apply = [](const S& t, O& o) {
+       o.fanout.exports.clear();
+       for (const auto& item : split(t, ',')) {
+         if (item.empty()) continue;
+         const std::string name = item.substr(0, item.find('='));
+         const bool valid = !name.empty() && !(name[0] >= '0' && name[0] <= '9') &&
+                            std::all_of(name.begin(), name.end(), [](char c) {
+                              return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+                            });
+         if (!valid) throw std::invalid_argument("expected NAME or NAME=VALUE, got " + printable(item, 80));
+         o.fanout.exports.push_back(item);
+       }
+     }},
+    {.id = Setting::remote_dtlaunch, .name = "remote_dtlaunch", .default_value = "dtlaunch", .group = kFanout,
+     .help = "the hosts' dtlaunch: a name on their `PATH` or a path; it must be this version",
+     .apply = [](const S& t, O& o) { o.fanout.remote_dtlaunch = word(t, "a program"); }},
+    {.id = Setting::node_name, .name = "node_name", .default_shown = "host name", .group = kFanout,
+     .help = "this node's name in failure reports (the fan-out passes each host's name as written)",
+     .apply = [](const S& t, O& o) { o.node_name = trim(t); }},
     // accelerate launch's own settings, with accelerate's names, defaults and meaning.
     acc(Setting::same_network, "same_network", kAccLaunch, Type::switch_,
         "several machines on one network: `--main_process_ip/port` are `master_addr/port`, else the rendezvous "

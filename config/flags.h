@@ -15,11 +15,13 @@ namespace dtl::config {
 
 /// Every setting, in the table's order (which is --print_config's order).
 enum class Setting {
-  nproc_per_node, nnodes, node_rank, master_addr, master_port, agent_store, standalone, launcher, rdzv_backend,
+  nproc_per_node, nnodes, node_rank, master_addr, master_port, agent_store, standalone, rdzv_backend,
   rdzv_endpoint, rdzv_id, rdzv_conf, local_addr, rdzv_token, rdzv_token_file, run_id, max_restarts, monitor_interval,
   start_method, role, no_python, module, run_path, log_dir, redirects, tee, local_ranks_filter,
   log_line_prefix_template, duplicate_stdout_filters, duplicate_stderr_filters, logs_specs, event_log_handler,
   shutdown_timeout, signals_to_handle, job_cgroup, numa_binding, virtual_local_rank, use_env, no_local_rank, gpu_ids, gpu_visibility, fake_gpus, mixed_precision, use_cpu, debug,
+  // many nodes from one command (launcher/fanout.h)
+  launcher, hostfile, hosts, include, exclude, ssh_port, ssh_command, export_, remote_dtlaunch, node_name,
   // accelerate launch's own settings (config/accelerate.h turns them into the workers' variables)
   same_network, multi_gpu, use_fsdp, use_deepspeed, num_cpu_threads_per_process, enable_cpu_affinity,
   main_training_function, downcast_bf16, quiet, dynamo_backend, dynamo_mode, dynamo_use_fullgraph, dynamo_use_dynamic,

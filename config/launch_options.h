@@ -77,6 +77,21 @@ struct AccelerateOptions {
   std::map<std::string, std::string> values;  ///< accelerate's own settings by name, as given
 };
 
+/// Many nodes from one command: the hosts, and how ssh reaches them (launcher/fanout.h).
+struct FanoutOptions {
+  std::string hostfile;               ///< DeepSpeed's hostfile (config/hostfile.h)
+  std::string hosts;                  ///< `h1:4,h2:4`
+  std::string include, exclude;       ///< DeepSpeed's filters, `h1@h2:0,2`
+  std::string ssh_command = "ssh";    ///< split as a shell would (`ssh -F cfg -i key`)
+  int ssh_port = 0;                   ///< 0: ssh's own default
+  std::vector<std::string> exports;   ///< NAME or NAME=VALUE, for every node's agent
+  std::string remote_dtlaunch = "dtlaunch";  ///< the agents' dtlaunch, on the remote PATH or a path
+  /// This process is one host's agent of a fan-out (`dtlaunch node ...`): it never fans out itself,
+  /// gives its workers /dev/null as stdin, and stops when the launching side closes its stdin.
+  bool agent = false;
+  bool wanted() const { return !agent && (!hostfile.empty() || !hosts.empty()); }
+};
+
 struct LaunchOptions {
   NprocSpec nproc_per_node;
   int min_nodes = 1;  ///< --nnodes N or MIN:MAX
@@ -123,6 +138,8 @@ struct LaunchOptions {
   std::vector<int> signals_to_handle;  ///< signal numbers
   bool job_cgroup = true;              ///< the workers in a cgroup v2 of their own, where one can be made
   std::string run_id = "none";
+  std::string node_name;  ///< this node in failure reports; empty: the machine's host name
+  FanoutOptions fanout;
   std::optional<std::vector<int>> gpu_ids;
   std::optional<int> fake_gpus;
   GpuVisibility gpu_visibility = GpuVisibility::per_worker;

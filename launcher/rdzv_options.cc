@@ -106,7 +106,7 @@ std::variant<AgentSetup, Error> make_agent_options(const config::LaunchOptions& 
   c.credentials = server.credentials;
   c.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(server.round.join_timeout);
   c.liveness = server.liveness;
-  c.join.host = host.hostname;
+  c.join.host = o.node_name.empty() ? host.hostname : o.node_name;
   c.join.addr = o.local_addr;
   c.join.nproc = plan.nproc;
   c.join.node_rank = is_static ? o.node_rank : -1;

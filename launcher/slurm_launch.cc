@@ -70,14 +70,23 @@ std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std
   return command;
 }
 
-int exec_launcher(const std::vector<std::string>& args, const config::LaunchOptions& o, const config::EnvLookup& env) {
+std::optional<int> start_through_launcher(const std::vector<std::string>& args, const config::LaunchOptions& o,
+                                          const config::EnvLookup& env) {
   const auto fail = [](const Error& e) {
     std::cerr << error_line(e);
     return e.exit_code;
   };
-  if (o.launcher != "slurm") {
-    return fail(Error{o.named("launcher", o.launcher) + ": not yet; this build starts the nodes through srun only "
-                      "(--launcher slurm)"});
+  if (o.launcher.empty() || o.fanout.agent) return std::nullopt;
+  const std::string named = o.named("launcher", o.launcher);
+  const std::string hosts = o.fanout.hostfile.empty() ? "hosts" : "hostfile";
+  if (o.launcher == "ssh") {
+    if (o.fanout.wanted()) return std::nullopt;  // launcher/fanout.h
+    return fail(Error{named + ": needs the hosts, --hostfile FILE or --hosts h1:N,h2:N"});
+  }
+  if (o.fanout.wanted()) {
+    return fail(Error{named + " starts the allocation's nodes, and " +
+                      o.named(hosts, hosts == "hosts" ? o.fanout.hosts : o.fanout.hostfile) +
+                      " names others: drop one of them"});
   }
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -90,7 +99,7 @@ int exec_launcher(const std::vector<std::string>& args, const config::LaunchOpti
   argv.push_back(nullptr);
   std::cout.flush();
   execvp(argv[0], argv.data());
-  return fail(Error{std::string("--launcher slurm: cannot run srun: ") + std::strerror(errno), 1});
+  return fail(Error{named + ": cannot run srun: " + std::strerror(errno), 1});
 }
 
 }  // namespace dtl::launcher

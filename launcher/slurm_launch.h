@@ -3,6 +3,7 @@
 // takes its node's place from the step's variables (config/cluster_env.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -21,8 +22,11 @@ std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std
                                                            const config::LaunchOptions& o,
                                                            const config::EnvLookup& env, const std::string& self);
 
-/// Runs --launcher's choice in place of this process (srun then owns the terminal, the signals and
-/// the exit code); returns only on failure, with the exit code after printing why.
-int exec_launcher(const std::vector<std::string>& args, const config::LaunchOptions& o, const config::EnvLookup& env);
+/// `--launcher`: `slurm` runs srun in place of this process (srun then owns the terminal, the
+/// signals and the exit code) and returns only on failure, with the exit code after printing why;
+/// `ssh` is the fan-out that --hostfile/--hosts start (std::nullopt: go on), and needs them. Nothing
+/// (std::nullopt) without --launcher, or in a fan-out's agent.
+std::optional<int> start_through_launcher(const std::vector<std::string>& args, const config::LaunchOptions& o,
+                                          const config::EnvLookup& env);
 
 }  // namespace dtl::launcher

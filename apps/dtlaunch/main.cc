@@ -7,10 +7,13 @@
 
 #include <cstdio>
 #include <iostream>
+#include <filesystem>
 #include <optional>
+#include <random>
 #include <system_error>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -19,6 +22,7 @@
 #include "config/command_line.h"
 #include "launcher/console.h"
 #include "launcher/elastic_agent.h"
+#include "launcher/fanout.h"
 #include "launcher/gpus.h"
 #include "launcher/log_layout.h"
 #include "launcher/orphan_guard.h"
@@ -74,7 +78,17 @@ std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, cons
 }
 
 /// Runs the workers (the supervisor, or this node's agent) and keeps or removes the log folder.
-int run(const Prepared& p, launcher::Console& console, launcher::OrphanGuard& guard) {
+/// A fan-out's node: the end of `control` (the ssh channel's stdin) is a SIGTERM, whatever closed it.
+void stop_when_closed(boost::asio::posix::stream_descriptor& control) {
+  static char buf[256];
+  control.async_read_some(boost::asio::buffer(buf), [&control](const boost::system::error_code& ec, size_t) {
+    if (ec != boost::asio::error::operation_aborted && ec) ::kill(::getpid(), SIGTERM);
+    if (!ec) stop_when_closed(control);
+  });
+}
+
+int run(const Prepared& p, const std::string& node_name, int control_fd, launcher::Console& console,
+        launcher::OrphanGuard& guard) {
   const auto fail = [&](const Error& e) {
     console.write(2, error_line(e));
     return e.exit_code;
@@ -91,8 +105,13 @@ int run(const Prepared& p, launcher::Console& console, launcher::OrphanGuard& gu
   // Should dtlaunch be SIGKILLed, the guard removes what only this run could have used.
   if (logs.temporary() && !plan.writes_log_files()) guard.remove_on_death(logs.root());
   boost::asio::io_context io;
+  boost::asio::posix::stream_descriptor control(io);
+  if (control_fd >= 0) {
+    control.assign(control_fd);
+    stop_when_closed(control);
+  }
   auto runner = p.agent ? launcher::make_elastic_agent(io, console, plan, logs, guard, *p.agent)
-                        : launcher::make_supervisor(io, console, plan, logs, guard, posix::host_name());
+                        : launcher::make_supervisor(io, console, plan, logs, guard, node_name);
   int code = 0;
   try {
     code = runner->run();
@@ -106,6 +125,59 @@ int run(const Prepared& p, launcher::Console& console, launcher::OrphanGuard& gu
   return code;
 }
 
+/// `dtlaunch --hostfile ...`: every host's agent over ssh, from here.
+int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args, const config::EnvLookup& env) {
+  launcher::FanoutInputs in;
+  in.args = args;
+  in.environment = launcher::environment_entries();
+  std::error_code ec;
+  in.cwd = std::filesystem::current_path(ec).string();
+  const auto read = config::disk_files();
+  if (!o.fanout.hostfile.empty()) {
+    auto file = read(o.fanout.hostfile);
+    if (file.status != config::FileRead::Status::ok) {
+      std::cerr << error_line(Error{o.source("hostfile").where + ": cannot read " + o.fanout.hostfile + ": " +
+                                    (file.status == config::FileRead::Status::missing ? "no such file" : file.text)});
+      return 2;
+    }
+    in.hostfile_text = file.text;
+  }
+  if (auto file = read(".dtlaunch_env"); file.status == config::FileRead::Status::ok) in.dtlaunch_env = file.text;
+  std::random_device random;
+  for (int i = 0; i < 8; ++i) in.token += fmt::format("{:08x}", random());
+  in.find_program = [&](const std::string& name) { return launcher::find_executable(name, env("PATH").value_or("")); };
+  auto planned = launcher::plan_fanout(o, in);
+  if (auto* err = std::get_if<Error>(&planned)) {
+    std::cerr << error_line(*err);
+    return err->exit_code;
+  }
+  launcher::Console console;
+  setup_logging(console.sink());
+  signal(SIGPIPE, SIG_IGN);
+  try {
+    return launcher::run_fanout(std::get<launcher::FanoutPlan>(planned), console);
+  } catch (const std::exception& e) {
+    console.write(2, error_line(Error{e.what(), 1}));
+    return 1;
+  }
+}
+
+/// `dtlaunch node ARGS`, the fan-out's agent on each host: says hello, takes its variables (the
+/// job's token among them) from stdin, and keeps stdin to learn when the launching side goes away.
+/// Returns that control fd, or -1 when the input ended first.
+int become_node() {
+  const std::string hello = launcher::node_hello() + "\n";
+  if (!posix::write_all(1, hello)) return -1;
+  auto vars = launcher::read_variables(0);
+  if (!vars) return -1;
+  for (const auto& [name, value] : *vars) setenv(name.c_str(), value.c_str(), 1);
+  const int control = fcntl(0, F_DUPFD_CLOEXEC, 3);
+  const int devnull = open("/dev/null", O_RDONLY);  // the workers' stdin: the channel is not theirs
+  if (control < 0 || devnull < 0 || dup2(devnull, 0) < 0) return -1;
+  close(devnull);
+  return control;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,10 +187,18 @@ int main(int argc, char** argv) {
   for (int fd = 0; fd < 3; ++fd) {
     if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) return 1;
   }
+  std::vector<std::string> args(argv + 1, argv + argc);
+  int control_fd = -1;
+  if (!args.empty() && args[0] == "node") {
+    if ((control_fd = become_node()) < 0) return 1;  // the launcher went away, or stopped the job before it began
+    args.erase(args.begin());
+  }
   auto env = config::process_env();
   setup_logging();
-  if (auto code = commands::run_subcommand(std::vector<std::string>(argv + 1, argv + argc), env)) return *code;
-  auto parsed = config::parse_command_line(std::vector<std::string>(argv + 1, argv + argc), env);
+  if (control_fd < 0) {
+    if (auto code = commands::run_subcommand(args, env)) return *code;
+  }
+  auto parsed = config::parse_command_line(args, env);
   if (parsed.error) {
     std::cerr << error_line(*parsed.error);
     return parsed.error->exit_code;
@@ -128,8 +208,12 @@ int main(int argc, char** argv) {
     std::cout << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
     return 0;
   }
-  if (!parsed.options->launcher.empty()) {  // every node's agent from here: dtlaunch becomes srun
-    return launcher::exec_launcher(std::vector<std::string>(argv + 1, argv + argc), *parsed.options, env);
+  parsed.options->fanout.agent = control_fd >= 0;
+  // --launcher slurm: dtlaunch becomes srun, which starts every node's agent
+  if (auto code = launcher::start_through_launcher(args, *parsed.options, env)) return *code;
+  if (parsed.options->fanout.wanted()) {
+    for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
+    return fan_out(*parsed.options, args, env);
   }
   // The guard is forked while dtlaunch is still one thread: the process it becomes allocates.
   std::unique_ptr<launcher::OrphanGuard> guard;
@@ -154,7 +238,9 @@ int main(int argc, char** argv) {
       console.write(2, error_line(*err));
       return err->exit_code;
     }
-    return run(std::get<Prepared>(prepared), console, *guard);
+    const auto& o = *parsed.options;
+    return run(std::get<Prepared>(prepared), o.node_name.empty() ? posix::host_name() : o.node_name, control_fd,
+               console, *guard);
   } catch (const std::exception& e) {
     console.write(2, error_line(Error{e.what(), 1}));
     return 1;

@@ -16,69 +16,14 @@ import time
 import unittest
 
 from common import DTLAUNCH, LaunchTest, Running, have_torch, main, torch_pythons, write_allreduce_script
+from netns import Network, delete_stale_namespaces, ip, why_no_netns
 
-PREFIX = f"dtl{os.getpid()}"
 NODES = "abc"
-NS = {n: PREFIX + n for n in NODES}
-BRIDGE_NS = PREFIX + "br"
-SUBNET = f"10.231.{os.getpid() % 250 + 1}"
-ADDR = {n: f"{SUBNET}.{i + 1}" for i, n in enumerate(NODES)}
-NS_NAME = re.compile(r"^dtl(\d+)(a|b|c|br)$")
+NET = Network(NODES)
+NS, ADDR, BRIDGE_NS, SUBNET = NET.ns, NET.addr, NET.bridge_ns, NET.subnet
 
 # Heartbeats at their defaults: keep_alive_interval 0.5 s x keep_alive_max_attempt 3 = 1.5 s of silence.
 DETECTION_LIMIT_S = 5.0
-
-
-def ip(*args, check=True):
-    r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
-    return r
-
-
-def why_no_netns():
-    if os.geteuid() != 0:
-        return f"needs root to create network namespaces (running as uid {os.geteuid()}); CI runs as root"
-    if not shutil.which("ip"):
-        return "iproute2's 'ip' is not installed (scripts/setup.sh installs it)"
-    return None
-
-
-def delete_stale_namespaces():
-    """Namespaces of earlier runs of this file that died before their tearDownClass."""
-    r = ip("netns", "list", check=False)
-    for line in r.stdout.splitlines():
-        name = line.split()[0] if line.split() else ""
-        m = NS_NAME.match(name)
-        if not m:
-            continue
-        if int(m.group(1)) != os.getpid():  # ours can only be left over from a dead run with our pid
-            try:
-                with open(f"/proc/{m.group(1)}/cmdline", "rb") as f:
-                    if b"test_netns" in f.read():
-                        continue  # another run of this file, still going
-            except OSError:
-                pass
-        ip("netns", "del", name, check=False)
-
-
-def delete_namespaces():
-    for name in [*NS.values(), BRIDGE_NS]:
-        ip("netns", "del", name, check=False)
-
-
-def build_network():
-    ip("netns", "add", BRIDGE_NS)
-    ip("-n", BRIDGE_NS, "link", "set", "lo", "up")
-    ip("-n", BRIDGE_NS, "link", "add", "br0", "type", "bridge")
-    ip("-n", BRIDGE_NS, "link", "set", "br0", "up")
-    for n in NODES:
-        ip("netns", "add", NS[n])
-        ip("-n", BRIDGE_NS, "link", "add", f"v{n}", "type", "veth", "peer", "name", "eth0", "netns", NS[n])
-        ip("-n", BRIDGE_NS, "link", "set", f"v{n}", "master", "br0", "up")
-        ip("-n", NS[n], "link", "set", "lo", "up")
-        ip("-n", NS[n], "addr", "add", f"{ADDR[n]}/24", "dev", "eth0")
-        ip("-n", NS[n], "link", "set", "eth0", "up")
 
 
 def note(text):
@@ -106,14 +51,13 @@ class NetNS(LaunchTest):
     def setUpClass(cls):
         delete_stale_namespaces()
         try:
-            build_network()
+            NET.build()
         except (RuntimeError, subprocess.TimeoutExpired) as e:
-            delete_namespaces()
             raise unittest.SkipTest(f"cannot build the test network (ip netns, veth, bridge): {e}")
 
     @classmethod
     def tearDownClass(cls):
-        delete_namespaces()
+        NET.delete()
 
     def setUp(self):
         super().setUp()
@@ -123,7 +67,7 @@ class NetNS(LaunchTest):
 
     def agent(self, node, *args, env=None):
         """dtlaunch inside node's namespace; `ip netns exec` execs it, so the pid is dtlaunch's."""
-        return Running(["ip", "netns", "exec", NS[node], DTLAUNCH, *map(str, args)], env or self.env())
+        return Running(NET.exec_argv(node, [DTLAUNCH, *args]), env or self.env())
 
     def static(self, node, *args, nproc=1, env=None):
         rank = NODES.index(node)
@@ -158,7 +102,7 @@ class NetNS(LaunchTest):
     def cut(self, where, node):
         """Takes one namespace's link down: 'bridge' is the cable pulled at the switch (the bridge's
         port), 'node' is the node's own eth0 going down. Put back up after the test."""
-        ns, dev = (BRIDGE_NS, f"v{node}") if where == "bridge" else (NS[node], "eth0")
+        ns, dev = (BRIDGE_NS, NET.port(node)) if where == "bridge" else (NS[node], "eth0")
         ip("-n", ns, "link", "set", dev, "down")
         self.addCleanup(ip, "-n", ns, "link", "set", dev, "up")
         return time.monotonic()

@@ -215,3 +215,13 @@ TEST_CASE("launcher slurm is refused outside an allocation, inside a step and wi
   CHECK(error({"--launcher=slurm", "t.py"}, srun_step()) ==
         "--launcher=slurm: already inside srun step 12345.0, where each task is a node's agent; drop --launcher");
 }
+
+TEST_CASE("launcher ssh is the --hostfile/--hosts fan-out, and slurm refuses hosts of its own") {
+  const auto start = [](std::vector<std::string> args) {
+    return dtl::launcher::start_through_launcher(args, ok(args, {{"SLURM_JOB_ID", "2"}}), env_of({}));
+  };
+  CHECK(start({"t.py"}) == std::nullopt);
+  CHECK(start({"--launcher=ssh", "--hosts=a:1,b:1", "t.py"}) == std::nullopt);  // launcher/fanout.h goes on
+  CHECK(start({"--launcher=ssh", "t.py"}) == 2);
+  CHECK(start({"--launcher=slurm", "--hosts=a:1,b:1", "t.py"}) == 2);
+}

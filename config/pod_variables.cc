@@ -1,0 +1,42 @@
+#include "config/pod_variables.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/text.h"
+
+namespace dtl::config {
+
+std::optional<Error> check_pod_variables(const EnvLookup& env, const LaunchOptions& o) {
+  const auto given = [&](const char* name) { return o.source(name).kind != Source::Kind::default_; };
+  if (given("standalone") && !o.standalone && o.source("standalone").kind == Source::Kind::env) {
+    const std::string& var = o.source("standalone").where;
+    if (env(var).value_or("x").empty()) {
+      return Error{var + " is set but empty (a PyTorchJob's elasticPolicy.standalone: true, on which torchrun "
+                         "fails too): set it to 1 or 0, or pass --standalone"};
+    }
+  }
+  const auto world_size = env("WORLD_SIZE"), rank = env("RANK");
+  if (!world_size || !rank || !env("MASTER_ADDR") || !env("MASTER_PORT") || o.standalone) return std::nullopt;
+  const bool single_node = given("nnodes") && o.max_nodes == 1;
+  if (single_node) return std::nullopt;
+  // What each missing setting is, in that pod: one node per pod.
+  const std::vector<std::pair<const char*, const char*>> stands_for = {
+      {"nnodes", "WORLD_SIZE"}, {"node_rank", "RANK"}, {"master_addr", "MASTER_ADDR"}, {"master_port", "MASTER_PORT"}};
+  std::vector<std::string> missing, pass;
+  for (const auto& [setting, var] : stands_for) {
+    const bool needed = o.rdzv_backend == "static" || std::string(setting) == "nnodes";
+    if (!needed || given(setting)) continue;
+    missing.push_back(setting);
+    pass.push_back(std::string("--") + setting + "=$" + var);
+  }
+  if (missing.empty()) return std::nullopt;
+  return Error{"WORLD_SIZE=" + printable(*world_size) + ", RANK=" + printable(*rank) +
+               ", MASTER_ADDR and MASTER_PORT are set (a PyTorchJob pod without PET_NNODES and PET_NODE_RANK, "
+               "where they count pods, not processes) but not " + text::join(missing, ", ") +
+               ": dtlaunch does not guess; pass " + text::join(pass, " ") +
+               " (in a manifest's args, $(WORLD_SIZE)...; see docs/kubernetes.md)"};
+}
+
+}  // namespace dtl::config
