@@ -65,7 +65,7 @@ std::optional<Error> accelerate_spellings(const TypedValues& cl, std::vector<Res
 }
 
 /// accelerate's rules between its own settings.
-std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& settings, const LaunchOptions& o) {
+std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& settings, LaunchOptions& o) {
   const Resolved* kind = nullptr;
   for (Setting id : {Setting::use_cpu, Setting::multi_gpu, Setting::use_fsdp, Setting::use_deepspeed}) {
     const Resolved& s = settings[static_cast<size_t>(id)];
@@ -86,10 +86,21 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
     return Error{o.source("fsdp_cpu_ram_efficient_loading").where + ": fsdp_cpu_ram_efficient_loading needs "
                  "fsdp_sync_module_states (" + o.source("fsdp_sync_module_states").where + ") to be true, as accelerate says"};
   }
+  // DeepSpeed on several machines through its launchers (pdsh, openmpi, ...): accelerate runs
+  // `deepspeed --hostfile` on this machine, which starts every host; dtlaunch's ssh fan-out does that.
+  // `standard` and `nossh` start one launcher per machine, as torchrun.
   const std::string launcher = value("deepspeed_multinode_launcher", "pdsh");
-  if (value("use_deepspeed", "0") == "1" && !o.use_cpu && o.max_nodes > 1 && launcher != "standard") {
-    return Error{o.named("deepspeed_multinode_launcher", launcher) + ": dtlaunch starts DeepSpeed on several machines "
-                 "the torchrun way only (deepspeed_multinode_launcher: standard); the ssh launchers are not supported"};
+  if (value("use_deepspeed", "0") == "1" && o.max_nodes > 1 && launcher != "standard" && launcher != "nossh" &&
+      o.fanout.hostfile.empty() && o.fanout.hosts.empty()) {
+    const auto take = [&](const char* from, const char* to, std::string& field, const char* fallback) {
+      auto it = v.find(from);
+      field = it == v.end() ? fallback : it->second;
+      if (it != v.end()) o.sources[to] = o.source(from);
+    };
+    take("deepspeed_hostfile", "hostfile", o.fanout.hostfile, "/job/hostfile");  // deepspeed's default
+    if (!v.count("deepspeed_hostfile")) o.sources["hostfile"] = {Source::Kind::default_, "deepspeed's default hostfile", ""};
+    take("deepspeed_inclusion_filter", "include", o.fanout.include, "");
+    take("deepspeed_exclusion_filter", "exclude", o.fanout.exclude, "");
   }
   return std::nullopt;
 }

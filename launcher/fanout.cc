@@ -38,7 +38,7 @@ constexpr size_t kMaxVariablesBytes = 1 << 20;
 /// How long every host has to answer the preflight (ssh's own ConnectTimeout is 10 s).
 constexpr auto kPreflightTimeout = std::chrono::seconds(30);
 /// The variable prefixes every host's agent gets from here (DeepSpeed forwards the same kind).
-constexpr std::array kForwardedPrefixes = {"NCCL_", "PYTHON", "CUDA_", "TORCH_", "HF_", "OMP_"};
+constexpr std::array kForwardedPrefixes = {"NCCL_", "GLOO_", "PYTHON", "CUDA_", "TORCH_", "HF_", "OMP_"};
 
 bool typed(const LaunchOptions& o, const char* name) {
   const auto k = o.source(name).kind;
@@ -384,6 +384,7 @@ class Fanout {
     auto begin = lines.rfind('\n', end);
     begin = begin == std::string::npos ? 0 : begin + 1;
     n.last_error_line = lines.substr(begin + n.start.host.size() + 2, end + 1 - begin - n.start.host.size() - 2);
+    while (!n.last_error_line.empty() && n.last_error_line.back() == '\r') n.last_error_line.pop_back();
   }
 
   /// Every host answered: each gets its variables (the token among them), and the job starts.
@@ -451,6 +452,12 @@ class Fanout {
       if (!preflight_done_ && !n->answered) {
         const std::string said = n->last_error_line.empty() ? "ssh ended with " + describe(status) : n->last_error_line;
         fail_preflight(*n, said, 2);
+      } else if (code(status) != 0 && !stopping_) {
+        // One host's agent gone with a failure: the static job cannot go on without it.
+        first_failure_ = code(status);
+        console_.write(2, "dtlaunch: host " + n->start.host + "'s agent ended with " + describe(status) +
+                              "; stopping the other hosts\n");
+        stop();
       }
     }
     maybe_finish();
@@ -470,16 +477,18 @@ class Fanout {
     return "exit code " + std::to_string(WEXITSTATUS(status));
   }
 
-  /// The first host's agent reports the job's root cause and exits with its code; where it could
-  /// not (it, or its ssh, died), the first other host's code that is not 0.
+  static int code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+  /// A signal here: 128 + it. Else the code of the first host whose agent ended with a failure
+  /// before anything was stopped: every agent exits with the root cause's code when the job fails,
+  /// and a host whose agent died (ssh's 255) or never joined ends first. Else the first host's.
   int exit_code() const {
-    const auto code = [](int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); };
-    const int first = code(*nodes_.front()->status);
-    if (first != 0 && first != 255) return first;
+    if (signal_) return 128 + signal_;
+    if (first_failure_) return first_failure_;
     for (const auto& n : nodes_) {
       if (code(*n->status) != 0) return code(*n->status);
     }
-    return signal_ ? 128 + signal_ : 0;
+    return 0;
   }
 
   const FanoutPlan& plan_;
@@ -493,6 +502,7 @@ class Fanout {
   bool stopping_ = false;
   bool finished_ = false;  ///< every ssh ended and its output was read
   int signal_ = 0;
+  int first_failure_ = 0;
   std::optional<Error> error_;
 };
 

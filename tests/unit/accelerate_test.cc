@@ -106,11 +106,19 @@ TEST_CASE("accelerate's flags that dtlaunch cannot honour are refused with one l
   CHECK(error({"launch", "--multi_gpu", "--use_fsdp", "t.py"}) ==
         "--multi_gpu and --use_fsdp choose two kinds of run; accelerate takes one of --cpu, --multi_gpu, "
         "--use_deepspeed, --use_fsdp at a time");
-  CHECK(error({"launch", "--use_deepspeed", "--num_machines=2", "--num_processes=2", "--main_process_ip=h", "t.py"}) ==
-        "--deepspeed_multinode_launcher=pdsh: dtlaunch starts DeepSpeed on several machines the torchrun way only "
-        "(deepspeed_multinode_launcher: standard); the ssh launchers are not supported");
-  CHECK(ok({"launch", "--use_deepspeed", "--num_machines=2", "--num_processes=2", "--main_process_ip=h",
-            "--deepspeed_multinode_launcher=standard", "t.py"}).max_nodes == 2);
+  // DeepSpeed's own launchers on several machines: the ssh fan-out over deepspeed_hostfile.
+  const auto pdsh = ok({"launch", "--use_deepspeed", "--num_machines=2", "--num_processes=2", "--main_process_ip=h", "t.py"});
+  CHECK(pdsh.fanout.hostfile == "/job/hostfile");
+  CHECK(pdsh.source("hostfile").where == "deepspeed's default hostfile");
+  const auto filtered = ok({"launch", "--use_deepspeed", "--num_machines=2", "--deepspeed_hostfile=hf",
+                            "--deepspeed_inclusion_filter=a@b", "t.py"});
+  CHECK(filtered.fanout.hostfile == "hf");
+  CHECK(filtered.fanout.include == "a@b");
+  CHECK(filtered.source("include").where == "--deepspeed_inclusion_filter");
+  const auto standard = ok({"launch", "--use_deepspeed", "--num_machines=2", "--num_processes=2", "--main_process_ip=h",
+                            "--deepspeed_multinode_launcher=standard", "--deepspeed_hostfile=hf", "t.py"});
+  CHECK(standard.max_nodes == 2);
+  CHECK(standard.fanout.hostfile.empty());
   CHECK(error({"launch", "--use_fsdp", "--fsdp_sync_module_states=false", "t.py"}).find(
             "fsdp_cpu_ram_efficient_loading needs fsdp_sync_module_states") != std::string::npos);
   CHECK(error({"launch", "--dynamo_backend=fast", "t.py"}).rfind("--dynamo_backend: expected NO or EAGER", 0) == 0);

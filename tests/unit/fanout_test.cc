@@ -1,0 +1,197 @@
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <map>
+
+#include "config/hostfile.h"
+#include "launcher/fanout.h"
+#include "tests/unit/fake_env.h"
+
+using namespace dtl;
+
+namespace {
+
+std::vector<config::Host> hosts_of(std::variant<std::vector<config::Host>, Error> r) {
+  if (auto* e = std::get_if<Error>(&r)) FAIL(e->message);
+  return std::get<std::vector<config::Host>>(std::move(r));
+}
+
+std::string error_of(const std::variant<std::vector<config::Host>, Error>& r) {
+  REQUIRE(std::holds_alternative<Error>(r));
+  CHECK(std::get<Error>(r).exit_code == 2);
+  return std::get<Error>(r).message;
+}
+
+std::string names(const std::vector<config::Host>& hosts) {
+  std::string out;
+  for (const auto& h : hosts) {
+    out += (out.empty() ? "" : " ") + h.name + (h.slots ? "=" + std::to_string(*h.slots) : "");
+    for (size_t i = 0; i < h.chosen.size(); ++i) out += (i ? "," : ":") + std::to_string(h.chosen[i]);
+  }
+  return out;
+}
+
+config::LaunchOptions options(std::vector<std::string> args, std::map<std::string, std::string> vars = {}) {
+  args.push_back("train.py");
+  auto r = config::parse_command_line(args, test::env_of(vars), test::files_of({}));
+  INFO(r.output);
+  REQUIRE(r.options);
+  return *r.options;
+}
+
+launcher::FanoutInputs inputs(std::string hostfile = "a slots=2\nb slots=2\n") {
+  launcher::FanoutInputs in;
+  in.args = {"--hostfile", "hf", "train.py"};
+  in.environment = {"NCCL_DEBUG=INFO", "PATH=/bin", "DTLAUNCH_RDZV_TOKEN=old", "PET_MAX_RESTARTS=1", "HOME=/root"};
+  in.cwd = "/work/it's here";
+  in.hostfile_text = std::move(hostfile);
+  in.token = "fresh";
+  in.find_program = [](const std::string& name) { return std::optional<std::string>("/usr/bin/" + name); };
+  return in;
+}
+
+launcher::FanoutPlan plan(const config::LaunchOptions& o, const launcher::FanoutInputs& in) {
+  auto r = launcher::plan_fanout(o, in);
+  if (auto* e = std::get_if<Error>(&r)) FAIL(e->message);
+  return std::get<launcher::FanoutPlan>(std::move(r));
+}
+
+std::string plan_error(const config::LaunchOptions& o, const launcher::FanoutInputs& in) {
+  auto r = launcher::plan_fanout(o, in);
+  REQUIRE(std::holds_alternative<Error>(r));
+  return std::get<Error>(r).message;
+}
+
+std::map<std::string, std::string> vars_of(const launcher::NodeStart& n) {
+  std::map<std::string, std::string> m;
+  for (const auto& [k, v] : n.variables) m[k] = v;  // later entries win, as setenv in order
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("hostfile: DeepSpeed's format, bare hosts, comments") {
+  auto h = hosts_of(config::parse_hostfile("# cluster\n\nworker-0 slots=4  # big\n\tworker-1   slots=2\r\nw2\n", "hf"));
+  CHECK(names(h) == "worker-0=4 worker-1=2 w2");
+}
+
+TEST_CASE("hostfile: every bad line is named with file:line") {
+  CHECK(error_of(config::parse_hostfile("a slots=2\na slots=4\n", "hf")) == "hf:2: host a is listed twice");
+  CHECK(error_of(config::parse_hostfile("a slots=x\n", "hf")) == "hf:1: expected slots=N with N in 1..4096, got slots=x");
+  CHECK(error_of(config::parse_hostfile("a slots=0\n", "hf")) == "hf:1: expected slots=N with N in 1..4096, got slots=0");
+  CHECK(error_of(config::parse_hostfile("a gpus=2\n", "hf")) == "hf:1: expected 'host slots=N' or 'host', got a gpus=2");
+  CHECK(error_of(config::parse_hostfile("\na slots=1 b\n", "hf")) ==
+        "hf:2: expected 'host slots=N' or 'host', got a slots=1 b");
+  CHECK(error_of(config::parse_hostfile("-oProxyCommand=x slots=1\n", "hf")) ==
+        "hf:1: expected a host name, got -oProxyCommand=x");
+  CHECK(error_of(config::parse_hostfile("a$(id) slots=1\n", "hf")) == "hf:1: expected a host name, got a$(id)");
+  CHECK(error_of(config::parse_hostfile("# nothing\n", "hf")) == "hf: no hosts (expected lines of 'host slots=N')");
+}
+
+TEST_CASE("--hosts: counts after the last colon, IPv6 in brackets") {
+  CHECK(names(hosts_of(config::parse_host_list("h1:4,h2:4,h3", "--hosts"))) == "h1=4 h2=4 h3");
+  CHECK(names(hosts_of(config::parse_host_list("[fd00::1]:2,10.0.0.2", "--hosts"))) == "fd00::1=2 10.0.0.2");
+  CHECK(error_of(config::parse_host_list("h1:4,h1", "--hosts")) == "--hosts: host h1 is listed twice");
+  CHECK(error_of(config::parse_host_list("h1:,h2", "--hosts")) == "--hosts: expected a slot count in 1..4096 after h1:");
+  CHECK(error_of(config::parse_host_list("h1,,h2", "--hosts")) == "--hosts: expected host[:slots],..., got ");
+}
+
+TEST_CASE("--include and --exclude: DeepSpeed's syntax and checks") {
+  const auto pool = hosts_of(config::parse_hostfile("w0 slots=4\nw1 slots=4\nw2 slots=2\nbare\n", "hf"));
+  const auto filter = [&](const std::string& inc, const std::string& exc) {
+    return config::filter_hosts(pool, inc, "--include", exc, "--exclude");
+  };
+  CHECK(names(hosts_of(filter("", ""))) == "w0=4 w1=4 w2=2 bare");
+  CHECK(names(hosts_of(filter("w1:0,2@w0", ""))) == "w0=4 w1=4:0,2");  // the hostfile's order
+  CHECK(names(hosts_of(filter("w2:1,0", ""))) == "w2=2");              // every slot: no list
+  CHECK(names(hosts_of(filter("", "w1@w0:3"))) == "w0=4:0,1,2 w2=2 bare");
+  CHECK(names(hosts_of(filter("", "w2:0,1"))) == "w0=4 w1=4 bare");  // no slot left: host dropped
+  CHECK(error_of(filter("w0", "w1")) == "--include and --exclude cannot be combined (as in deepspeed)");
+  CHECK(error_of(filter("w9", "")) == "--include: host w9 is not in the host list");
+  CHECK(error_of(filter("w2:2", "")) == "--include: host w2 has no slot 2 (it has 2)");
+  CHECK(error_of(filter("w2:x", "")) == "--include: expected slot numbers after w2:");
+  CHECK(error_of(filter("bare:0", "")) == "--include: host bare has no slots=N in the host list, so its slots cannot be named");
+  CHECK(error_of(filter("", "w0@w1@w2@bare")) == "--exclude: no host is left");
+}
+
+TEST_CASE("fan-out plan: one ssh per host, settings and the token only in the variables") {
+  auto o = options({"--hostfile", "hf", "--ssh_command", "ssh -F '/my cfg'", "--ssh_port", "2222"});
+  auto p = plan(o, inputs());
+  REQUIRE(p.nodes.size() == 2);
+  const auto& n1 = p.nodes[1];
+  CHECK(n1.host == "b");
+  CHECK(p.ssh_path == "/usr/bin/ssh");
+  CHECK(n1.argv == std::vector<std::string>{"ssh", "-F", "/my cfg", "-o", "BatchMode=yes", "-o",
+                                            "ConnectTimeout=10", "-p", "2222", "b",
+                                            "cd '/work/it'\\''s here' && exec 'dtlaunch' node '--hostfile' 'hf' 'train.py'"});
+  auto v = vars_of(n1);
+  CHECK(v["PET_NNODES"] == "2");
+  CHECK(v["PET_NODE_RANK"] == "1");
+  CHECK(v["PET_MASTER_ADDR"] == "a");
+  CHECK(v["PET_MASTER_PORT"] == "29500");
+  CHECK(v["PET_NPROC_PER_NODE"] == "2");
+  CHECK(v["PET_NODE_NAME"] == "b");
+  CHECK(v["DTLAUNCH_RDZV_TOKEN"] == "fresh");  // the fresh one, never this machine's
+  CHECK(v["NCCL_DEBUG"] == "INFO");
+  CHECK(v["PET_MAX_RESTARTS"] == "1");
+  CHECK(v.count("PATH") == 0);
+  CHECK(v.count("HOME") == 0);
+}
+
+TEST_CASE("fan-out plan: --export, .dtlaunch_env, --nnodes, --nproc_per_node, --master_addr") {
+  auto in = inputs("a slots=4\nb slots=4\nc slots=4\n");
+  in.dtlaunch_env = "# comment\nFROM_FILE=1\n";
+  auto o = options({"--hostfile", "hf", "--export", "HOME,X=y=z", "--nnodes", "2", "--nproc_per_node", "2",
+                    "--master_addr", "10.0.0.9"});
+  auto p = plan(o, in);
+  REQUIRE(p.nodes.size() == 2);  // deepspeed's --num_nodes: the first hosts
+  auto v = vars_of(p.nodes[0]);
+  CHECK(v["HOME"] == "/root");
+  CHECK(v["X"] == "y=z");
+  CHECK(v["FROM_FILE"] == "1");
+  CHECK(v["PET_MASTER_ADDR"] == "10.0.0.9");
+  CHECK(v.count("PET_NPROC_PER_NODE") == 0);  // the typed --nproc_per_node=2 reaches the host as typed
+
+  in.dtlaunch_env = "oops\n";
+  CHECK(plan_error(options({"--hostfile", "hf"}), in) == "/work/it's here/.dtlaunch_env:1: expected NAME=VALUE, got oops");
+}
+
+TEST_CASE("fan-out plan: what the fan-out decides itself is refused when given") {
+  const auto in = inputs();
+  CHECK(plan_error(options({"--hostfile", "hf", "--node_rank", "1", "--nnodes", "2"}), in) ==
+        "--node_rank cannot be combined with --hostfile: each host's rank is its place in the host list");
+  CHECK(plan_error(options({"--hostfile", "hf", "--rdzv_token", "s"}), in) ==
+        "--rdzv_token cannot be combined with --hostfile: every job gets a fresh token, sent to the hosts over ssh");
+  CHECK(plan_error(options({"--hostfile", "hf", "--nnodes", "1:2"}), in) ==
+        "--nnodes=1:2: the fan-out starts a fixed number of hosts");
+  CHECK(plan_error(options({"--hostfile", "hf", "--nnodes", "3"}), in) == "--nnodes=3 but the host list has 2 hosts");
+  CHECK(plan_error(options({"--hostfile", "hf", "--nproc_per_node", "3"}), in) ==
+        "--nproc_per_node=3 but host a has slots=2");
+  CHECK(plan_error(options({"--hostfile", "hf", "--include", "a", "--nproc_per_node", "1"}), in) ==
+        "--nproc_per_node cannot be combined with --include/--exclude (as in deepspeed)");
+  CHECK(plan_error(options({"--hostfile", "hf", "--hosts", "a,b"}), in) == "--hostfile and --hosts cannot be combined");
+  CHECK(plan_error(options({"--hostfile", "hf", "--export", "NOT_SET_HERE"}), in) ==
+        "--export: NOT_SET_HERE is not set here");
+  CHECK(plan_error(options({"--hostfile", "hf", "--ssh_command", "ssh 'unclosed"}), in) ==
+        "--ssh_command=ssh 'unclosed: cannot split it as a shell would");
+  auto nowhere = in;
+  nowhere.find_program = [](const std::string&) { return std::optional<std::string>(); };
+  CHECK(plan_error(options({"--hostfile", "hf"}), nowhere) == "--ssh_command=ssh: ssh is not on PATH");
+}
+
+TEST_CASE("fan-out wire: variables round-trip, a cut stream is refused") {
+  const launcher::Variables vars{{"A", "1"}, {"B", "x=y z\nw"}, {"EMPTY", ""}};
+  const std::string wire = launcher::encode_variables(vars);
+  int p[2];
+  REQUIRE(pipe(p) == 0);
+  REQUIRE(write(p[1], wire.data(), wire.size()) == static_cast<ssize_t>(wire.size()));
+  close(p[1]);
+  CHECK(launcher::read_variables(p[0]) == std::optional(vars));
+  close(p[0]);
+  REQUIRE(pipe(p) == 0);
+  REQUIRE(write(p[1], wire.data(), wire.size() - 1) == static_cast<ssize_t>(wire.size() - 1));
+  close(p[1]);
+  CHECK(launcher::read_variables(p[0]) == std::nullopt);
+  close(p[0]);
+}
