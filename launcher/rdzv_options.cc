@@ -55,6 +55,7 @@ std::variant<RdzvOptions, Error> rdzv_options(const config::LaunchOptions& o, co
   s.round.min_nodes = o.min_nodes;
   s.round.max_nodes = o.max_nodes;
   s.round.max_restarts = o.max_restarts;
+  s.round.agent_store = o.agent_store;
   s.round.join_timeout = ms(o.rdzv_conf.join_timeout_s);
   s.round.last_call_timeout = ms(o.rdzv_conf.last_call_timeout_s);
   // The refusals describe another node's settings: they name the flags every agent has.

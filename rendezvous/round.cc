@@ -146,7 +146,9 @@ void RoundState::complete(Actions& a) {
   phase_ = Phase::running;
   const Round& r = assigned_.begin()->second;
   a.log.push_back("round " + std::to_string(round_) + ": " + std::to_string(r.group_world_size) + " nodes, world size " +
-                  std::to_string(r.world_size) + ", master " + r.master_addr + ":" + std::to_string(r.master_port) +
+                  std::to_string(r.world_size) +
+                  (config_.agent_store ? ", store on the rendezvous port"
+                                       : ", master " + r.master_addr + ":" + std::to_string(r.master_port)) +
                   ", restart " + std::to_string(restart_count_));
 }
 

@@ -36,6 +36,9 @@ struct RoundConfig {
   Clock::duration join_timeout = std::chrono::seconds(600);
   Clock::duration last_call_timeout = std::chrono::seconds(30);
   SettingNames names;
+  /// The hosting agent serves the workers' store on the rendezvous port: the round's master port
+  /// (group rank 0's spare) is not what workers use, and the log does not name it.
+  bool agent_store = false;
 };
 
 /// A node that joined: what it said, and the address the server saw it connect from.

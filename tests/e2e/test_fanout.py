@@ -165,6 +165,13 @@ class Fanout(unittest.TestCase):
         self.assertEqual(self.c.wait_clean(timeout=10), {})
         self.assertLess(time.monotonic() - t0, 20)
 
+    def test_sigkilled_launcher_leaves_nothing_on_the_hosts(self):
+        job = self.start(*self.sleeper(sleep=60))
+        job.wait_for(r"rank=\d", count=6, timeout=60)
+        job.proc.kill()  # its ssh clients die with it (PR_SET_PDEATHSIG); each agent sees its stdin end
+        job.proc.wait(timeout=10)
+        self.assertEqual(self.c.wait_clean(timeout=15), {})
+
     def test_bad_hostfile_is_refused_with_its_line(self):
         path = os.path.join(self.dir, "bad-hostfile")
         with open(path, "w") as f:

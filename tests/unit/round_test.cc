@@ -103,6 +103,16 @@ TEST_CASE("a static round completes when every node rank has joined") {
   CHECK(rounds[0].first == 2);
   CHECK(rounds[0].second.group_rank == 0);
   CHECK(rounds[1].second.base_rank == 2);
+  CHECK(a.log.back() == "round 1: 2 nodes, world size 4, master 10.0.0.0:30000, restart 0");
+}
+
+TEST_CASE("with the agent's store, the round's log names no worker port (the workers do not use it)") {
+  RoundConfig c = static_two();
+  c.agent_store = true;
+  RoundState s(c, t0);
+  s.on_join(1, node("n1", 2, 1), t0);
+  auto a = s.on_join(2, node("n0", 2, 0), t0);
+  CHECK(a.log.back() == "round 1: 2 nodes, world size 4, store on the rendezvous port, restart 0");
 }
 
 TEST_CASE("duplicate, out-of-range and mismatched joins are refused to the offender") {
