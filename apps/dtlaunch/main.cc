@@ -208,6 +208,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   parsed.options->fanout.agent = control_fd >= 0;
+  if (control_fd >= 0) {
+    for (const auto& name : launcher::host_setting_names()) unsetenv(name.c_str());  // read: not the workers'
+  }
   if (parsed.options->fanout.wanted()) {
     for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
     return fan_out(*parsed.options, args, env);
