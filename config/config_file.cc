@@ -336,7 +336,14 @@ void read_accelerate(const Reader& r, const std::vector<Entry>& entries, ConfigF
   std::string address = ip ? r.scalar(*ip) : "";
   bool same_network = true;
   if (const Entry* e = get("same_network")) same_network = r.boolean(*e);
-  if (machines > 1) {
+  // DeepSpeed's own launchers start every machine from this one (dtlaunch's ssh fan-out), whose
+  // first host is machine 0 unless main_process_ip says otherwise.
+  const Entry* ds_launcher = get("deepspeed_multinode_launcher");
+  const std::string ds_launcher_name = ds_launcher ? text::lower(r.scalar(*ds_launcher)) : "pdsh";
+  const bool fanned_out = dist == "DEEPSPEED" && ds_launcher_name != "standard" && ds_launcher_name != "nossh";
+  if (machines > 1 && address.empty() && fanned_out) {
+    if (port) out.values["master_port"] = r.value(*port, std::to_string(port_number));
+  } else if (machines > 1) {
     if (address.empty()) {
       r.fail(*get("num_machines"), std::to_string(machines) +
                                        " machines need main_process_ip, the address of machine 0");

@@ -164,6 +164,13 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+const std::vector<std::string>& host_setting_names() {
+  static const std::vector<std::string> names{"PET_NNODES",       "PET_NODE_RANK",  "PET_MASTER_ADDR",
+                                              "PET_MASTER_PORT",  "PET_RDZV_BACKEND", "PET_NODE_NAME",
+                                              "PET_NPROC_PER_NODE", "PET_GPU_IDS",  "DTLAUNCH_RDZV_TOKEN"};
+  return names;
+}
+
 std::string node_hello() { return "dtlaunch-node " DTL_VERSION; }
 
 std::string encode_variables(const Variables& vars) {

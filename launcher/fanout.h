@@ -59,6 +59,10 @@ std::vector<std::string> environment_entries();
 /// Pure: every host's agent. Errors (exit 2) name the flag, variable or file:line at fault.
 std::variant<FanoutPlan, Error> plan_fanout(const config::LaunchOptions& o, const FanoutInputs& in);
 
+/// The variables the fan-out sets for one host's agent alone (its rank, the master, the token...):
+/// the agent reads them and removes them, so its workers, and a launcher they start, never see them.
+const std::vector<std::string>& host_setting_names();
+
 /// The first line a node prints.
 std::string node_hello();
 /// The wire's step 2 for `vars`.

@@ -209,6 +209,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   parsed.options->fanout.agent = control_fd >= 0;
+  if (control_fd >= 0) {
+    for (const auto& name : launcher::host_setting_names()) unsetenv(name.c_str());  // read: not the workers'
+  }
   // --launcher slurm: dtlaunch becomes srun, which starts every node's agent
   if (auto code = launcher::start_through_launcher(args, *parsed.options, env)) return *code;
   if (parsed.options->fanout.wanted()) {
