@@ -19,6 +19,9 @@ std::optional<Error> check_pod_variables(const EnvLookup& env, const LaunchOptio
   }
   const auto world_size = env("WORLD_SIZE"), rank = env("RANK");
   if (!world_size || !rank || !env("MASTER_ADDR") || !env("MASTER_PORT") || o.standalone) return std::nullopt;
+  // A launcher's worker (dtlaunch's or torchrun's: TORCHELASTIC_RUN_ID) starting a launch of its own:
+  // there WORLD_SIZE and RANK count processes, and no pod is in question.
+  if (env("TORCHELASTIC_RUN_ID")) return std::nullopt;
   const bool single_node = given("nnodes") && o.max_nodes == 1;
   if (single_node) return std::nullopt;
   // What each missing setting is, in that pod: one node per pod.

@@ -89,7 +89,7 @@ TEST_CASE("hostfile: every bad line is named with file:line") {
   CHECK(error_of(config::parse_hostfile("# nothing\n", "hf")) == "hf: no hosts (expected lines of 'host slots=N')");
 }
 
-TEST_CASE("--hosts: counts after the last colon, IPv6 in brackets") {
+TEST_CASE("host lists: counts after the last colon, IPv6 in brackets") {
   CHECK(names(hosts_of(config::parse_host_list("h1:4,h2:4,h3", "--hosts"))) == "h1=4 h2=4 h3");
   CHECK(names(hosts_of(config::parse_host_list("[fd00::1]:2,10.0.0.2", "--hosts"))) == "fd00::1=2 10.0.0.2");
   CHECK(error_of(config::parse_host_list("h1:4,h1", "--hosts")) == "--hosts: host h1 is listed twice");
@@ -97,7 +97,7 @@ TEST_CASE("--hosts: counts after the last colon, IPv6 in brackets") {
   CHECK(error_of(config::parse_host_list("h1,,h2", "--hosts")) == "--hosts: expected host[:slots],..., got ");
 }
 
-TEST_CASE("--include and --exclude: DeepSpeed's syntax and checks") {
+TEST_CASE("include and exclude filters: DeepSpeed's syntax and checks") {
   const auto pool = hosts_of(config::parse_hostfile("w0 slots=4\nw1 slots=4\nw2 slots=2\nbare\n", "hf"));
   const auto filter = [&](const std::string& inc, const std::string& exc) {
     return config::filter_hosts(pool, inc, "--include", exc, "--exclude");

@@ -63,6 +63,12 @@ TEST_CASE("WORLD_SIZE and RANK counting pods, without PET_NNODES and PET_NODE_RA
         "--master_port=$MASTER_PORT (in a manifest's args, $(WORLD_SIZE)...; see docs/kubernetes.md)");
 }
 
+TEST_CASE("a launcher's worker starting a launch of its own is no pod: its WORLD_SIZE counts processes") {
+  Vars worker = kOldWorkerPod;
+  worker["TORCHELASTIC_RUN_ID"] = "none";
+  CHECK(ok(worker).max_nodes == 1);
+}
+
 TEST_CASE("the refusal names only the settings that are missing") {
   auto why = refused(kOldWorkerPod, {"--nnodes=2", "--node_rank=1"});
   CHECK_THAT(why, Catch::Contains("but not master_addr, master_port: dtlaunch does not guess; pass "
