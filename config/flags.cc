@@ -322,10 +322,13 @@ const std::vector<Flag> kFlags = {
     {.id = Setting::launcher, .name = "launcher", .group = kFanout,
      .help = "start every node's agent from this command: `slurm` runs `srun --ntasks-per-node=1` over the "
              "allocation's nodes (in an `sbatch` script or `salloc` shell); `ssh` over ssh to `--hostfile`/`--hosts` "
-             "(which they imply anyway)",
+             "(which they imply anyway); deepspeed's `pdsh`, `openmpi`, `mvapich`, `mpich` and `impi` mean `ssh`",
      .choices = {"ssh", "slurm"},
      .apply = [](const S& t, O& o) {
-       if (!trim(t).empty()) o.launcher = one_of(t, choices(Setting::launcher));
+       std::string v = trim(t);
+       // deepspeed --launcher: its transports all start one launcher per host, as the fan-out does.
+       if (v == "pdsh" || v == "openmpi" || v == "mvapich" || v == "mpich" || v == "impi") v = "ssh";
+       if (!v.empty()) o.launcher = one_of(v, choices(Setting::launcher));
      }},
     {.id = Setting::hostfile, .name = "hostfile", .group = kFanout,
      .help = "start one agent per host over ssh: DeepSpeed's hostfile (`host slots=N`; a bare `host` runs "

@@ -73,7 +73,7 @@ class FanoutLoopback(LaunchTest):
             self.assertNotIn("TOKEN", " ".join(argv).upper())
 
     def test_deepspeed_convention_with_hostfile_and_num_gpus(self):
-        r, ssh = self.run_fanout("deepspeed", "--hostfile", self.hostfile, "--num_gpus", "1", "--master_port",
+        r, ssh = self.run_fanout("deepspeed", "--launcher", "pdsh", "--hostfile", self.hostfile, "--num_gpus", "1", "--master_port",
                                  str(free_port()), "--ssh_command", self.ssh, "--remote_dtlaunch",
                                  os.path.realpath(DTLAUNCH), self.worker, "--lr", "1")
         self.assertExitCode(r, 0)
