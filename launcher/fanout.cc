@@ -396,6 +396,8 @@ class Fanout {
 
   /// Every host answered: each gets its variables (the token among them), and the job starts.
   void go() {
+    // Stopped before the last answer (Ctrl-C, a failed host): nothing starts, and the kill timer stays.
+    if (stopping_) return;
     preflight_done_ = true;
     timer_.cancel();
     for (auto& n : nodes_) {
@@ -405,7 +407,8 @@ class Fanout {
   }
 
   void fail_preflight(Node& n, const std::string& why, int code) {
-    if (error_ || preflight_done_) return;
+    // Already stopping: a host that fails now is a consequence (of Ctrl-C, of the first failure).
+    if (stopping_ || preflight_done_) return;
     error_ = Error{"host " + n.start.host + ": " + why + " (preflight; nothing was started)", code};
     stop();
   }

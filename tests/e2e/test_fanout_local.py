@@ -1,0 +1,67 @@
+"""The ssh fan-out's stopping rules with a fake ssh on this machine (no root, no sshd): the fake runs
+the remote command with `sh -c`, and holds the host named `late` until the test releases it, so a
+Ctrl-C lands while that host is still connecting. test_fanout.py covers the real OpenSSH."""
+import os
+import signal
+import subprocess
+import time
+
+from common import DTLAUNCH, LaunchTest, Running, main
+
+FAKE_SSH = """#!/bin/sh
+# ssh's arguments end with the host and the remote command
+for a; do host=$cmd; cmd=$a; done
+if [ "$host" = late ]; then
+  i=0
+  while [ ! -e "$FAKE_DIR/release" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+  if [ "$FAKE_MODE" = unreachable ]; then
+    echo "ssh: connect to host late port 22: Connection timed out" >&2
+    exit 255
+  fi
+else
+  touch "$FAKE_DIR/started"
+fi
+exec sh -c "$cmd"
+"""
+
+
+class FanoutStop(LaunchTest):
+    def setUp(self):
+        super().setUp()
+        self.ssh = os.path.join(self.tmp, "fakessh")
+        with open(self.ssh, "w") as f:
+            f.write(FAKE_SSH)
+        os.chmod(self.ssh, 0o755)
+        hello = subprocess.run([DTLAUNCH, "node"], input="", capture_output=True, text=True, timeout=30)
+        # A node that answers as this dtlaunch, then ignores the end of its input (a hung host).
+        self.stubborn = os.path.join(self.tmp, "stubborn")
+        with open(self.stubborn, "w") as f:
+            f.write(f"#!/bin/sh\necho '{hello.stdout.splitlines()[0]}'\nexec sleep 120\n")
+        os.chmod(self.stubborn, 0o755)
+
+    def ctrl_c_while_late_connects(self, remote, mode):
+        job = Running([DTLAUNCH, "--ssh_command", self.ssh, "--hosts", "127.0.0.1:1,late:1", "--remote_dtlaunch",
+                       remote, "--shutdown_timeout", "0", "--no_python", "true"],
+                      self.env(FAKE_DIR=self.tmp, FAKE_MODE=mode), cwd=self.tmp)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(self.tmp, "started")) and time.monotonic() < deadline:
+            time.sleep(0.02)  # the fake ssh says so by a file: nothing of a host reaches the console yet
+        job.proc.send_signal(signal.SIGINT)
+        job.wait_for("stopping 2 hosts", stream="err")
+        open(os.path.join(self.tmp, "release"), "w").close()
+        return job
+
+    def test_ctrl_c_while_a_host_is_connecting_exits_130_without_a_preflight_error(self):
+        r = self.ctrl_c_while_late_connects(DTLAUNCH, "unreachable").finish(timeout=40)
+        self.assertExitCode(r, 130)
+        self.assertNotIn("error", r.stderr)
+
+    def test_a_host_that_answers_after_ctrl_c_is_still_killed_after_the_grace_period(self):
+        t0 = time.monotonic()
+        r = self.ctrl_c_while_late_connects(self.stubborn, "answer").finish(timeout=40)
+        self.assertExitCode(r, 130)
+        self.assertLess(time.monotonic() - t0, 30)  # --shutdown_timeout 0 + ssh's 10 s, not the node's 120
+
+
+if __name__ == "__main__":
+    main()
