@@ -239,7 +239,9 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
   for (const auto& a : in.args) remote += " " + shell_quote(a);
 
   const bool master_given = o.source("master_addr").kind != Source::Kind::default_;
-  const std::string master = master_given ? o.master_addr : hosts.front().name;
+  // ssh's `user@host` is a login, not an address the other hosts can reach.
+  const std::string& first = hosts.front().name;
+  const std::string master = master_given ? o.master_addr : first.substr(first.rfind('@') + 1);
   FanoutPlan plan;
   plan.ssh_path = *ssh_path;
   plan.stop_timeout_s = o.shutdown_timeout_s;

@@ -139,6 +139,12 @@ TEST_CASE("fan-out plan: one ssh per host, settings and the token only in the va
   CHECK(v.count("HOME") == 0);
 }
 
+TEST_CASE("fan-out plan: a first host written user@host is met at host") {
+  auto p = plan(options({"--hostfile", "hf"}), inputs("root@a slots=2\nb slots=2\n"));
+  CHECK(p.nodes[0].argv[p.nodes[0].argv.size() - 2] == "root@a");  // ssh logs in as written
+  CHECK(vars_of(p.nodes[1])["PET_MASTER_ADDR"] == "a");
+}
+
 TEST_CASE("fan-out plan: --export, .dtlaunch_env, --nnodes, --nproc_per_node, --master_addr") {
   auto in = inputs("a slots=4\nb slots=4\nc slots=4\n");
   in.dtlaunch_env = "# comment\nFROM_FILE=1\n";
