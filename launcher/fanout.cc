@@ -117,6 +117,18 @@ std::optional<Error> refuse_fanout_conflicts(const LaunchOptions& o) {
   return std::nullopt;
 }
 
+bool filtered(const LaunchOptions& o) { return !o.fanout.include.empty() || !o.fanout.exclude.empty(); }
+
+/// The workers of every host when a count was set, flag, variable or config file: deepspeed's
+/// --num_gpus, which is also what accelerate passes for num_processes / num_machines (and leaves out
+/// when a filter names the slots). nullopt: each host's slots decide.
+std::optional<int> count_per_host(const LaunchOptions& o) {
+  const auto k = o.source("nproc_per_node").kind;
+  if (o.nproc_per_node.kind != config::NprocSpec::Kind::count || k == Source::Kind::default_) return std::nullopt;
+  if (k == Source::Kind::file && filtered(o)) return std::nullopt;
+  return o.nproc_per_node.count;
+}
+
 /// The hosts of the job: the file or list, filtered, cut to --nnodes, with --nproc_per_node checked
 /// against each host's slots.
 std::variant<std::vector<config::Host>, Error> job_hosts(const LaunchOptions& o, const FanoutInputs& in) {
@@ -131,9 +143,8 @@ std::variant<std::vector<config::Host>, Error> job_hosts(const LaunchOptions& o,
                                     o.source("include").where, f.exclude, o.source("exclude").where);
   if (auto* e = std::get_if<Error>(&hosts)) return *e;
   auto& h = std::get<std::vector<config::Host>>(hosts);
-  const bool filtered = !f.include.empty() || !f.exclude.empty();
   if (typed(o, "nnodes")) {
-    if (filtered) return Error{o.source("nnodes").where + " cannot be combined with --include/--exclude (as in deepspeed)", 2};
+    if (filtered(o)) return Error{o.source("nnodes").where + " cannot be combined with --include/--exclude (as in deepspeed)", 2};
     if (o.min_nodes > static_cast<int>(h.size())) {
       return Error{o.named("nnodes", std::to_string(o.min_nodes)) + " but the host list has " +
                        std::to_string(h.size()) + " hosts",
@@ -141,13 +152,13 @@ std::variant<std::vector<config::Host>, Error> job_hosts(const LaunchOptions& o,
     }
     h.resize(o.min_nodes);  // deepspeed's --num_nodes: the first N hosts
   }
-  if (typed(o, "nproc_per_node") && o.nproc_per_node.kind == config::NprocSpec::Kind::count) {
-    if (filtered) {
+  if (auto count = count_per_host(o)) {
+    if (filtered(o)) {
       return Error{o.source("nproc_per_node").where + " cannot be combined with --include/--exclude (as in deepspeed)", 2};
     }
     for (const auto& host : h) {  // deepspeed's --num_gpus: the first N slots of each host
-      if (host.slots && o.nproc_per_node.count > *host.slots) {
-        return Error{o.named("nproc_per_node", std::to_string(o.nproc_per_node.count)) + " but host " + host.name +
+      if (host.slots && *count > *host.slots) {
+        return Error{o.named("nproc_per_node", std::to_string(*count)) + " but host " + host.name +
                          " has slots=" + std::to_string(*host.slots),
                      2};
       }
@@ -242,6 +253,7 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
   // ssh's `user@host` is a login, not an address the other hosts can reach.
   const std::string& first = hosts.front().name;
   const std::string master = master_given ? o.master_addr : first.substr(first.rfind('@') + 1);
+  const auto count = count_per_host(o);
   FanoutPlan plan;
   plan.ssh_path = *ssh_path;
   plan.stop_timeout_s = o.shutdown_timeout_s;
@@ -257,8 +269,12 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
                        {"PET_RDZV_BACKEND", "static"},
                        {"PET_NODE_NAME", h.name},
                        {"DTLAUNCH_RDZV_TOKEN", in.token}});
-    if (h.slots && !typed(o, "nproc_per_node")) {
-      v.emplace_back("PET_NPROC_PER_NODE", std::to_string(h.chosen.empty() ? *h.slots : static_cast<int>(h.chosen.size())));
+    if (!typed(o, "nproc_per_node")) {  // a typed count reaches the host as typed
+      if (count) {  // from a config file, which the host may not have
+        v.emplace_back("PET_NPROC_PER_NODE", std::to_string(*count));
+      } else if (h.slots) {
+        v.emplace_back("PET_NPROC_PER_NODE", std::to_string(h.chosen.empty() ? *h.slots : static_cast<int>(h.chosen.size())));
+      }
     }
     if (!h.chosen.empty()) {
       std::vector<std::string> ids;

@@ -163,6 +163,25 @@ TEST_CASE("fan-out plan: --export, .dtlaunch_env, --nnodes, --nproc_per_node, --
   CHECK(plan_error(options({"--hostfile", "hf"}), in) == "/work/it's here/.dtlaunch_env:1: expected NAME=VALUE, got oops");
 }
 
+TEST_CASE("fan-out plan: accelerate's num_processes / num_machines is each host's count, as its --num_gpus") {
+  const std::string config =
+      "distributed_type: DEEPSPEED\nnum_machines: 2\nnum_processes: 2\nmain_process_ip: a\n"
+      "deepspeed_config:\n  deepspeed_hostfile: hf\n";
+  const auto accelerate = [&](std::string more) {
+    auto r = config::parse_command_line({"launch", "--config_file", "acc.yaml", "train.py"}, test::env_of({}),
+                                        test::files_of({{"acc.yaml", config + more}}));
+    INFO(r.output);
+    REQUIRE(r.options);
+    return *r.options;
+  };
+  auto in = inputs("a slots=3\nb slots=3\n");
+  CHECK(vars_of(plan(accelerate(""), in).nodes[1])["PET_NPROC_PER_NODE"] == "1");  // not the 3 slots
+  // With a filter accelerate passes no --num_gpus: the slots it names decide.
+  auto p = plan(accelerate("  deepspeed_inclusion_filter: a:0,1@b\n"), in);
+  CHECK(vars_of(p.nodes[0])["PET_NPROC_PER_NODE"] == "2");
+  CHECK(vars_of(p.nodes[1])["PET_NPROC_PER_NODE"] == "3");
+}
+
 TEST_CASE("fan-out plan: what the fan-out decides itself is refused when given") {
   const auto in = inputs();
   CHECK(plan_error(options({"--hostfile", "hf", "--node_rank", "1", "--nnodes", "2"}), in) ==
