@@ -169,6 +169,20 @@ std::variant<std::vector<config::Host>, Error> job_hosts(const LaunchOptions& o,
 
 }  // namespace
 
+std::optional<Error> refuse_fanout_settings_without_hosts(const LaunchOptions& o) {
+  if (o.fanout.agent || o.fanout.wanted()) return std::nullopt;
+  for (const char* name : {"hostfile", "hosts"}) {
+    if (typed(o, name)) return Error{o.source(name).where + " is empty: no host to start", 2};
+  }
+  for (const char* name : {"include", "exclude"}) {
+    if (typed(o, name)) {
+      return Error{o.source(name).where + " filters the hosts of --hostfile or --hosts, and there are none (this "
+                   "machine's GPUs are chosen with --gpu_ids)", 2};
+    }
+  }
+  return std::nullopt;
+}
+
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);

@@ -11,6 +11,7 @@
 #include "config/accelerate.h"
 #include "config/text.h"
 #include "launcher/failure.h"
+#include "launcher/fanout.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/spawn.h"
 
@@ -147,6 +148,7 @@ std::optional<std::string> installed_torch_version(const std::string& python) {
 }
 
 std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
+  if (auto refused = refuse_fanout_settings_without_hosts(o)) return *refused;
   LaunchPlan plan;
   plan.group.variables = config::worker_variables(o);
   const config::EnvLookup env = with_variables(plan.group.variables, host.env);

@@ -63,5 +63,14 @@ class FanoutStop(LaunchTest):
         self.assertLess(time.monotonic() - t0, 30)  # --shutdown_timeout 0 + ssh's 10 s, not the node's 120
 
 
+class WithoutHosts(LaunchTest):
+    def test_a_filter_or_an_empty_host_list_without_hosts_is_refused_not_ignored(self):
+        # deepspeed --include localhost:1 picks a GPU of this machine; ignored, the job took them all.
+        for args, where in ((["deepspeed", "--include", "localhost:1"], "--include"), (["--exclude", "a"], "--exclude"),
+                            (["--hosts", ""], "--hosts"), (["--hostfile", " "], "--hostfile")):
+            r = self.launch(*args, "--no_python", "true", timeout=30)
+            self.assertExitCode(r, 2)
+            self.assertRegex(r.stderr, rf"^dtlaunch: error: {where}[ =:][^\n]*\n$")
+
 if __name__ == "__main__":
     main()
