@@ -452,6 +452,8 @@ class Fanout {
     for (auto& n : nodes_) {
       boost::system::error_code ignored;
       n->in.close(ignored);
+      // A host that has not answered runs nothing yet, and ssh may wait on it for long: no grace period.
+      if (!preflight_done_ && !n->answered && !n->status) ::kill(n->pid, SIGTERM);
     }
     arm_kill(std::chrono::milliseconds(static_cast<long>((plan_.stop_timeout_s + 10) * 1000)), SIGTERM);
   }

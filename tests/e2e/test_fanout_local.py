@@ -11,7 +11,9 @@ from common import DTLAUNCH, LaunchTest, Running, main
 FAKE_SSH = """#!/bin/sh
 # ssh's arguments end with the host and the remote command
 for a; do host=$cmd; cmd=$a; done
-if [ "$host" = late ]; then
+if [ "$host" = late ] && [ "$FAKE_MODE" = hang ]; then
+  exec sleep 120  # connecting forever, deaf to the end of its input
+elif [ "$host" = late ]; then
   i=0
   while [ ! -e "$FAKE_DIR/release" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
   if [ "$FAKE_MODE" = unreachable ]; then
@@ -39,9 +41,9 @@ class FanoutStop(LaunchTest):
             f.write(f"#!/bin/sh\necho '{hello.stdout.splitlines()[0]}'\nexec sleep 120\n")
         os.chmod(self.stubborn, 0o755)
 
-    def ctrl_c_while_late_connects(self, remote, mode):
+    def ctrl_c_while_late_connects(self, remote, mode, grace=0):
         job = Running([DTLAUNCH, "--ssh_command", self.ssh, "--hosts", "127.0.0.1:1,late:1", "--remote_dtlaunch",
-                       remote, "--shutdown_timeout", "0", "--no_python", "true"],
+                       remote, "--shutdown_timeout", str(grace), "--no_python", "true"],
                       self.env(FAKE_DIR=self.tmp, FAKE_MODE=mode), cwd=self.tmp)
         deadline = time.monotonic() + 30
         while not os.path.exists(os.path.join(self.tmp, "started")) and time.monotonic() < deadline:
@@ -61,6 +63,13 @@ class FanoutStop(LaunchTest):
         r = self.ctrl_c_while_late_connects(self.stubborn, "answer").finish(timeout=40)
         self.assertExitCode(r, 130)
         self.assertLess(time.monotonic() - t0, 30)  # --shutdown_timeout 0 + ssh's 10 s, not the node's 120
+
+    def test_ctrl_c_ends_the_ssh_of_a_host_still_connecting_at_once(self):
+        # Nothing runs there yet: no grace period (--shutdown_timeout + 10 s) to wait for.
+        t0 = time.monotonic()
+        r = self.ctrl_c_while_late_connects(DTLAUNCH, "hang", grace=20).finish(timeout=60)
+        self.assertExitCode(r, 130)
+        self.assertLess(time.monotonic() - t0, 10)
 
 
 class WithoutHosts(LaunchTest):
