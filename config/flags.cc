@@ -357,11 +357,7 @@ const std::vector<Flag> kFlags = {
        for (const auto& item : split(t, ',')) {
          if (item.empty()) continue;
          const std::string name = item.substr(0, item.find('='));
-         const bool valid = !name.empty() && !(name[0] >= '0' && name[0] <= '9') &&
-                            std::all_of(name.begin(), name.end(), [](char c) {
-                              return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-                            });
-         if (!valid) throw std::invalid_argument("expected NAME or NAME=VALUE, got " + printable(item, 80));
+         if (!text::is_variable_name(name)) throw std::invalid_argument("expected NAME or NAME=VALUE, got " + printable(item, 80));
          o.fanout.exports.push_back(item);
        }
      }},

@@ -86,7 +86,7 @@ struct FanoutOptions {
   int ssh_port = 0;                   ///< 0: ssh's own default
   std::vector<std::string> exports;   ///< NAME or NAME=VALUE, for every node's agent
   std::string remote_dtlaunch = "dtlaunch";  ///< the agents' dtlaunch, on the remote PATH or a path
-  /// This process is one host's agent of a fan-out (`dtlaunch node ...`): it never fans out itself,
+  /// This process is one host's agent of a fan-out (`dtlaunch fanout-node ...`): it never fans out itself,
   /// gives its workers /dev/null as stdin, and stops when the launching side closes its stdin.
   bool agent = false;
   bool wanted() const { return !agent && (!hostfile.empty() || !hosts.empty()); }

@@ -28,6 +28,15 @@ inline std::vector<std::string> split(const std::string& s, char sep) {
   }
 }
 
+/// A shell variable's name: letters, digits and '_', not starting with a digit.
+inline bool is_variable_name(std::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  for (char c : name) {
+    if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return false;
+  }
+  return true;
+}
+
 inline std::string join(const std::vector<std::string>& items, const std::string& sep = ",") {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];

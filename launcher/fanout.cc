@@ -80,11 +80,12 @@ std::optional<std::string> lookup(const std::vector<std::string>& environment, c
 std::variant<Variables, Error> dtlaunch_env(const std::string& text, const std::string& path) {
   Variables out;
   int line = 0;
-  for (const auto& raw : text::split(text, '\n')) {
+  for (auto raw : text::split(text, '\n')) {
     ++line;
+    if (!raw.empty() && raw.back() == '\r') raw.pop_back();
     if (raw.empty() || raw[0] == '#') continue;
     const auto eq = raw.find('=');
-    if (eq == std::string::npos || eq == 0) {
+    if (eq == std::string::npos || !text::is_variable_name(raw.substr(0, eq))) {
       return Error{path + ":" + std::to_string(line) + ": expected NAME=VALUE, got " + printable(raw, 80), 2};
     }
     out.emplace_back(raw.substr(0, eq), raw.substr(eq + 1));
@@ -260,7 +261,7 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
     }
   }
 
-  std::string remote = "cd " + shell_quote(in.cwd) + " && exec " + shell_quote(o.fanout.remote_dtlaunch) + " node";
+  std::string remote = "cd " + shell_quote(in.cwd) + " && exec " + shell_quote(o.fanout.remote_dtlaunch) + " fanout-node";
   for (const auto& a : in.args) remote += " " + shell_quote(a);
 
   const bool master_given = o.source("master_addr").kind != Source::Kind::default_;
@@ -349,6 +350,7 @@ class Fanout {
       }
     });
     io_.run();
+    console_.forget(io_);
     if (error_) {
       console_.write(2, error_line(*error_));
       return error_->exit_code;
@@ -479,7 +481,8 @@ class Fanout {
           if (!n->status) ::kill(n->pid, SIGTERM);
         }
       } else {
-        console_.write(2, "dtlaunch: stopping " + std::to_string(nodes_.size()) + " hosts (" + strsignal(sig) + ")\n");
+        console_.write(2, "dtlaunch: stopping " + std::to_string(nodes_.size()) + (nodes_.size() == 1 ? " host (" : " hosts (") +
+                                  strsignal(sig) + ")\n");
         signal_ = sig;
         stop();
       }
@@ -494,7 +497,7 @@ class Fanout {
       n->status = status;
       // A host gone before the preflight ended: the job cannot start.
       if (!preflight_done_ && !n->answered) {
-        const std::string said = n->last_error_line.empty() ? "ssh ended with " + describe(status) : n->last_error_line;
+        const std::string said = n->last_error_line.empty() ? "ssh ended with " + describe(status) : printable(n->last_error_line, 300);
         fail_preflight(*n, said, 2);
       } else if (code(status) != 0 && !stopping_) {
         // One host's agent gone with a failure: the static job cannot go on without it.

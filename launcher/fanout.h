@@ -1,5 +1,5 @@
 // Many nodes from one command: the launching dtlaunch starts one agent per host over OpenSSH's
-// client (`ssh -o BatchMode=yes host 'cd DIR && exec dtlaunch node ARGS'`, all at once) and relays
+// client (`ssh -o BatchMode=yes host 'cd DIR && exec dtlaunch fanout-node ARGS'`, all at once) and relays
 // their output as whole lines, each with its host in front.
 //
 // The wire between the two sides is the ssh channel's standard input and output:

@@ -162,7 +162,7 @@ int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args
   }
 }
 
-/// `dtlaunch node ARGS`, the fan-out's agent on each host: says hello, takes its variables (the
+/// `dtlaunch fanout-node ARGS`, the fan-out's agent on each host: says hello, takes its variables (the
 /// job's token among them) from stdin, and keeps stdin to learn when the launching side goes away.
 /// Returns that control fd, or -1 when the input ended first.
 int become_node() {
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> args(argv + 1, argv + argc);
   int control_fd = -1;
-  if (!args.empty() && args[0] == "node") {
+  if (!args.empty() && args[0] == "fanout-node") {
     if ((control_fd = become_node()) < 0) return 1;  // the launcher went away, or stopped the job before it began
     args.erase(args.begin());
   }

@@ -142,7 +142,7 @@ class Fanout(unittest.TestCase):
     def test_killed_remote_agent_ends_the_job_everywhere(self):
         job = self.start("--rdzv_conf", "join_timeout=20", *self.sleeper(sleep=60))
         job.wait_for(r"rank=\d", count=6, timeout=60)
-        agent = self.c.wait_for_process(self.c.hosts[1], r"dtlaunch node ")
+        agent = self.c.wait_for_process(self.c.hosts[1], r"dtlaunch fanout-node ")
         self.assertIsNotNone(agent)
         os.kill(agent, signal.SIGKILL)
         r = job.finish(timeout=30)

@@ -34,7 +34,7 @@ class FanoutStop(LaunchTest):
         with open(self.ssh, "w") as f:
             f.write(FAKE_SSH)
         os.chmod(self.ssh, 0o755)
-        hello = subprocess.run([DTLAUNCH, "node"], input="", capture_output=True, text=True, timeout=30)
+        hello = subprocess.run([DTLAUNCH, "fanout-node"], input="", capture_output=True, text=True, timeout=30)
         # A node that answers as this dtlaunch, then ignores the end of its input (a hung host).
         self.stubborn = os.path.join(self.tmp, "stubborn")
         with open(self.stubborn, "w") as f:

@@ -124,7 +124,7 @@ TEST_CASE("fan-out plan: one ssh per host, settings and the token only in the va
   CHECK(p.ssh_path == "/usr/bin/ssh");
   CHECK(n1.argv == std::vector<std::string>{"ssh", "-F", "/my cfg", "-o", "BatchMode=yes", "-o",
                                             "ConnectTimeout=10", "-p", "2222", "b",
-                                            "cd '/work/it'\\''s here' && exec 'dtlaunch' node '--hostfile' 'hf' 'train.py'"});
+                                            "cd '/work/it'\\''s here' && exec 'dtlaunch' fanout-node '--hostfile' 'hf' 'train.py'"});
   auto v = vars_of(n1);
   CHECK(v["PET_NNODES"] == "2");
   CHECK(v["PET_NODE_RANK"] == "1");
