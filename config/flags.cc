@@ -262,9 +262,12 @@ const std::vector<Flag> kFlags = {
              "SIGKILLed; where none can be made, workers' sessions are killed instead. 0: off",
      .apply = [](const S& t, O& o) { o.job_cgroup = parse_bool(t); }},
     {.id = Setting::numa_binding, .name = "numa_binding", .group = kWorkers,
-     .help = "torchrun's NUMA binding: not implemented by dtlaunch yet, refused rather than ignored",
-     .choices = {"node", "socket", "exclusive", "core-complex"}, .apply = [](const S& t, O&) {
-       if (!trim(t).empty()) throw std::invalid_argument("dtlaunch does not bind workers to NUMA nodes yet");
+     .help = "bind each worker to the CPUs near its GPU, as torchrun's: `node` (its GPU's NUMA node), `socket` "
+             "(that node's socket), `exclusive` (a share of the node's cores for each GPU on it), `core-complex` "
+             "(one L3 cache's CPUs on that node)",
+     .choices = {"node", "socket", "exclusive", "core-complex"},
+     .apply = [](const S& t, O& o) {
+       o.numa_binding = trim(t).empty() ? "" : one_of(t, choices(Setting::numa_binding));
      }},
     {.id = Setting::virtual_local_rank, .name = "virtual_local_rank", .type = Type::switch_, .group = kWorkers,
      .help = "`LOCAL_RANK=0` for every worker, which sees only its own GPU (as torchrun's)",

@@ -123,6 +123,8 @@ struct LaunchOptions {
   /// torchrun's --duplicate_std{out,err}_filters: tee'd lines holding any of these also go to
   /// attempt_N/filtered_std{out,err}.log.
   std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
+  /// torchrun's --numa_binding mode (node, socket, exclusive, core-complex); empty: no binding.
+  std::string numa_binding;
   bool virtual_local_rank = false;  ///< LOCAL_RANK=0 for every worker, which sees only its own GPU
   /// The `--local-rank=N` argument that torch.distributed.launch (without --use_env) and deepspeed
   /// (without --no_local_rank) put right after the script.

@@ -6,6 +6,7 @@
 
 #include "base/posix.h"
 #include "config/text.h"
+#include "launcher/numa.h"
 #include "launcher/spawn.h"
 
 namespace dtl::launcher {
@@ -59,10 +60,18 @@ class Nvml {
   int (*handle_)(unsigned, void**) = nullptr;
 };
 
+/// nvmlPciInfo_t (nvml.h), as nvmlDeviceGetPciInfo_v3 fills it.
+struct NvmlPciInfo {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+
 std::optional<std::vector<Gpu>> query_nvml() {
   Nvml nvml;
   auto uuid_fn = nvml.function<int(void*, char*, unsigned)>("nvmlDeviceGetUUID");
   auto name_fn = nvml.function<int(void*, char*, unsigned)>("nvmlDeviceGetName");
+  auto pci_fn = nvml.function<int(void*, NvmlPciInfo*)>("nvmlDeviceGetPciInfo_v3");  // optional: for --numa_binding
   auto devices = nvml.ready(uuid_fn, name_fn) ? nvml.devices() : std::nullopt;
   if (!devices) return std::nullopt;
   std::vector<Gpu> gpus;
@@ -72,7 +81,9 @@ std::optional<std::vector<Gpu>> query_nvml() {
     char uuid[96] = {0}, name[96] = {0};
     uuid_fn(dev, uuid, sizeof uuid);
     name_fn(dev, name, sizeof name);
-    gpus.push_back(Gpu{static_cast<int>(i), uuid, name});
+    NvmlPciInfo pci{};
+    const bool has_pci = pci_fn && pci_fn(dev, &pci) == 0;
+    gpus.push_back(Gpu{static_cast<int>(i), uuid, name, has_pci ? sysfs_pci_address(pci.domain, pci.bus, pci.device) : ""});
   }
   return gpus;
 }

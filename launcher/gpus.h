@@ -13,6 +13,7 @@ struct Gpu {
   int index = 0;     ///< physical index, as CUDA_VISIBLE_DEVICES counts without narrowing
   std::string uuid;  ///< "GPU-..."
   std::string name;
+  std::string pci{};  ///< its sysfs PCI address ("0000:1b:00.0"), from NVML; empty where unknown
 };
 
 struct GpuInventory {

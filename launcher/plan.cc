@@ -33,6 +33,48 @@ config::EnvLookup with_variables(const EnvPairs& variables, const config::EnvLoo
   };
 }
 
+/// The sysfs PCI address of selection entry `entry` (an index or a GPU- UUID prefix), where known.
+std::optional<std::string> pci_of(const std::string& entry, const std::vector<Gpu>& all) {
+  for (const auto& g : all) {
+    const bool same = entry.rfind("GPU-", 0) == 0 ? g.uuid.rfind(entry, 0) == 0 : entry == std::to_string(g.index);
+    if (same && !g.pci.empty()) return g.pci;
+  }
+  return std::nullopt;
+}
+
+/// --numa_binding: each worker's CPUs near its GPU (gpus[local rank % GPUs]), as torchrun's.
+std::optional<Error> plan_numa(const config::LaunchOptions& o, const HostFacts& host,
+                               const std::vector<std::string>& gpus, bool use_gpus, LaunchPlan& plan) {
+  const std::string called = o.named("numa_binding", o.numa_binding);
+  if (!use_gpus) return error(called + ": binds each worker near its GPU, but the workers have none");
+  NumaQuery query{o.numa_binding, {}, 0, host.own_cpus()};
+  for (const auto& entry : gpus) {
+    auto pci = pci_of(entry, host.gpus.gpus);
+    if (!pci) {
+      const auto& source = host.gpus.source;
+      return error(called + ": the PCI address of GPU " + entry + " is unknown (" +
+                   (source == "nvml"   ? std::string("NVML did not say")
+                    : source == "fake" ? std::string("--fake_gpus")
+                                       : "GPUs from " + source + "; only NVML gives it") +
+                   ")");
+    }
+    query.device_pci.push_back(*pci);
+  }
+  std::vector<std::string> shown;
+  for (int lr = 0; lr < plan.nproc; ++lr) {
+    query.device = lr % static_cast<int>(gpus.size());
+    auto cpus = numa_cpus(query, host.read_sysfs);
+    if (auto* why = std::get_if<std::string>(&cpus)) {
+      return error(called + ": local rank " + std::to_string(lr) + " (GPU " + query.device_pci[query.device] +
+                   "): " + *why);
+    }
+    plan.cpus.push_back(std::get<CpuSet>(std::move(cpus)));
+    shown.push_back(std::to_string(lr) + ": " + format_cpu_list(plan.cpus.back()));
+  }
+  plan.notices.push_back("numa_binding=" + o.numa_binding + ": CPUs by local rank: " + text::join(shown, ", "));
+  return std::nullopt;
+}
+
 std::string random_id() {
   std::random_device rd;
   std::uniform_int_distribution<unsigned> hex(0, 15);
@@ -209,6 +251,9 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
       }
       plan.cuda_visible_devices[lr] = inherited ? text::trim(listed[lr]) : std::to_string(lr);
     }
+  }
+  if (!o.numa_binding.empty()) {
+    if (auto why = plan_numa(o, host, gpus, use_gpus, plan)) return *why;
   }
   if (o.accelerate.launch) {
     const int cores = host.physical_cores > 0 ? host.physical_cores : physical_core_count(host.cpu_count);

@@ -13,6 +13,7 @@
 #include "config/launch_options.h"
 #include "config/command_line.h"
 #include "launcher/gpus.h"
+#include "launcher/numa.h"
 #include "launcher/spawn.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/ports.h"
@@ -34,6 +35,9 @@ struct HostFacts {
   std::function<bool(const std::string& path)> exists = path_exists;
   /// The torch version that the interpreter at `python` imports ("2.15.0+cu132"), or nullopt.
   std::function<std::optional<std::string>(const std::string& python)> torch_version = installed_torch_version;
+  /// The NUMA topology for --numa_binding, and the CPUs dtlaunch itself may run on.
+  SysfsRead read_sysfs = sysfs_under("");
+  std::function<CpuSet()> own_cpus = current_cpus;
 };
 
 /// Distinct (package, core) pairs under /sys/devices/system/cpu, as psutil's cpu_count(logical=False);
@@ -47,6 +51,7 @@ struct LaunchPlan {
   int nproc = 1;
   GroupEnv group;                   ///< restart_count is filled in per attempt
   std::vector<std::optional<std::string>> cuda_visible_devices;  ///< per local rank
+  std::vector<CpuSet> cpus;  ///< per local rank, from --numa_binding; empty: no binding
   std::string prefix_template;
   /// Tee'd lines holding any of these also go to attempt_N/filtered_std{out,err}.log.
   std::vector<std::string> stdout_filters, stderr_filters;

@@ -1,6 +1,7 @@
 #include "launcher/spawn.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include <cerrno>
 #include <cstring>
@@ -50,11 +52,27 @@ pid_t fork_into(int cgroup_fd, bool& placed) {
   return fork();
 }
 
+/// `cpus` as the bit mask sched_setaffinity takes, sized to the highest CPU in it.
+std::vector<unsigned long> affinity_mask(const std::vector<int>& cpus) {
+  constexpr int kBits = 8 * sizeof(unsigned long);
+  std::vector<unsigned long> mask(cpus.empty() ? 0 : *std::max_element(cpus.begin(), cpus.end()) / kBits + 1, 0);
+  for (int cpu : cpus) mask[cpu / kBits] |= 1UL << (cpu % kBits);
+  return mask;
+}
+
+/// Writes the parts to stderr, without allocating.
+void write_stderr(std::initializer_list<const char*> parts) {
+  for (const char* p : parts) {
+    ssize_t ignored = write(2, p, strlen(p));
+    (void)ignored;
+  }
+}
+
 /// Only async-signal-safe calls from here on: this runs in the child between fork and exec, with
 /// every signal blocked until the handlers inherited from dtlaunch are reset (a SIGTERM caught by
 /// dtlaunch's handler in the child would reach dtlaunch's own event loop).
 [[noreturn]] void exec_child(const SpawnSpec& spec, pid_t parent, bool in_cgroup, char* const* argv,
-                             char* const* envp) {
+                             char* const* envp, const std::vector<unsigned long>& cpu_mask) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
   if (!in_cgroup && spec.cgroup_procs_fd >= 0) {
     ssize_t ignored = write(spec.cgroup_procs_fd, "0", 1);  // where it fails, the guard's fallback
@@ -84,13 +102,15 @@ pid_t fork_into(int cgroup_fd, bool& placed) {
     const rlim_t top = getrlimit(RLIMIT_NOFILE, &files) == 0 ? std::min<rlim_t>(files.rlim_cur, 1 << 16) : 1024;
     for (int fd = 3; fd < static_cast<int>(top); ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
+  // all the worker's threads inherit it, as from torchrun's numactl
+  if (!cpu_mask.empty() &&
+      sched_setaffinity(0, cpu_mask.size() * sizeof(unsigned long), reinterpret_cast<const cpu_set_t*>(cpu_mask.data())) != 0) {
+    write_stderr({"dtlaunch: cannot bind to the CPUs of --numa_binding: ", strerrordesc_np(errno), "\n"});
+    _exit(127);
+  }
   execve(spec.path.c_str(), argv, envp);
   const char* why = strerrordesc_np(errno);  // no locale, no allocation: this child may not take locks
-  const char* parts[] = {"dtlaunch: cannot execute ", spec.path.c_str(), ": ", why, "\n"};
-  for (const char* p : parts) {
-    ssize_t ignored = write(2, p, strlen(p));
-    (void)ignored;
-  }
+  write_stderr({"dtlaunch: cannot execute ", spec.path.c_str(), ": ", why, "\n"});
   _exit(127);
 }
 
@@ -103,13 +123,14 @@ pid_t spawn_worker(const SpawnSpec& spec) {
   argv.push_back(nullptr);
   for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  const auto cpu_mask = affinity_mask(spec.cpus);
   const pid_t parent = getpid();
   sigset_t all, previous;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &previous);
   bool in_cgroup = false;
   pid_t pid = fork_into(spec.cgroup_fd, in_cgroup);
-  if (pid == 0) exec_child(spec, parent, in_cgroup, argv.data(), envp.data());
+  if (pid == 0) exec_child(spec, parent, in_cgroup, argv.data(), envp.data(), cpu_mask);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &previous, nullptr);
   if (pid < 0) throw std::system_error(fork_errno, std::generic_category(), "fork");

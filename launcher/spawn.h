@@ -1,6 +1,6 @@
 // Starting one worker: fork + exec with everything a supervised child needs set in between
 // (own session and process group, the job's cgroup, death signal tied to dtlaunch, default signal
-// handling, the given fds).
+// handling, the given fds, the CPUs it may use).
 #pragma once
 
 #include <sys/types.h>
@@ -20,6 +20,7 @@ struct SpawnSpec {
   int stderr_fd = -1;
   int cgroup_fd = -1;        ///< the job cgroup's directory, which the child starts in; -1: none
   int cgroup_procs_fd = -1;  ///< its cgroup.procs, to move in where clone3 cannot start it there
+  std::vector<int> cpus{};   ///< the CPUs it may run on (--numa_binding); empty: dtlaunch's own
 };
 
 /// Starts the process in a new session, and so process group, of its own (sid == pgid == pid), as

@@ -158,6 +158,7 @@ struct WorkerGroup::Impl {
     SpawnSpec spec{plan.exec_path, substitute_local_rank(plan.argv, lr),
                    merge_environ(environ, worker_env(group, slot, config::process_env()), withheld), child_fds[0],
                    child_fds[1], child_fds[2]};
+    if (!plan.cpus.empty()) spec.cpus = plan.cpus[lr];
     if (const JobCgroup* cgroup = guard.cgroup()) {
       spec.cgroup_fd = cgroup->dir_fd();
       spec.cgroup_procs_fd = cgroup->procs_fd();

@@ -58,6 +58,8 @@ std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, cons
       posix::cpu_count(), env, [&](const std::string& addr, int port) {
         return rendezvous::reserve_check(addr, port, launcher::port_names(options, "master_addr", "master_port"));
       }};
+  // For tests only: a fake NUMA topology (a directory holding sys/...) in place of the machine's /sys.
+  if (auto root = env("DTL_TEST_SYSFS_ROOT")) host.read_sysfs = launcher::sysfs_under(*root);
   auto planned = launcher::make_plan(options, host);
   if (auto* err = std::get_if<Error>(&planned)) return *err;
   Prepared p{std::get<launcher::LaunchPlan>(std::move(planned)), std::nullopt};

@@ -87,8 +87,7 @@ class Torchrun2(LaunchTest):
 
     def test_python_only_flags_are_refused_in_one_line(self):
         for flag, why in (("--logs_specs=my.Specs", "a torchrun.logs_specs entry point is a Python class"),
-                          ("--event_log_handler=console", "expected null: torch's event handlers"),
-                          ("--numa_binding=node", "dtlaunch does not bind workers to NUMA nodes yet")):
+                          ("--event_log_handler=console", "expected null: torch's event handlers")):
             r = self.launch("--master_port=0", flag, "--no_python", "true")
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertEqual(r.stderr.count("\n"), 1, r.stderr)

@@ -1,5 +1,5 @@
 // A stand-in for libnvidia-ml.so.1, for the GPU discovery tests on machines without a driver:
-// FAKE_NVML_GPUS=N devices, device i with (i+1)*16 GiB; without the variable nvmlInit fails, as
+// FAKE_NVML_GPUS=N devices, device i with (i+1)*16 GiB at PCI address 0000:(i+1):00.0; without the variable nvmlInit fails, as
 // it does where the driver is not loaded. Only the functions dtlaunch looks up.
 #include <cstdint>
 #include <cstdio>
@@ -47,6 +47,20 @@ int nvmlDeviceGetName(void*, char* out, unsigned size) {
 int nvmlDeviceGetMemoryInfo(void* device, FakeNvmlMemory* memory) {
   const unsigned long long gib = 1ull << 30;
   *memory = {(index_of(device) + 1) * 16 * gib, 0, 0};
+  return kSuccess;
+}
+
+struct FakeNvmlPciInfo {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+
+int nvmlDeviceGetPciInfo_v3(void* device, FakeNvmlPciInfo* pci) {
+  *pci = {};
+  pci->bus = index_of(device) + 1;
+  std::snprintf(pci->bus_id, sizeof pci->bus_id, "00000000:%02X:00.0", pci->bus);
+  std::snprintf(pci->bus_id_legacy, sizeof pci->bus_id_legacy, "0000:%02X:00.0", pci->bus);
   return kSuccess;
 }
 
