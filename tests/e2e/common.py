@@ -1,6 +1,7 @@
 """Shared helpers for the end-to-end tests: run the real dtlaunch binary with the test worker, wait
 for events with bounded timeouts (never a sleep), and prove no process of the test outlives it."""
 import os
+import random
 import re
 import select
 import shutil
@@ -36,7 +37,22 @@ def tagged_pids(tag):
 
 
 def free_port():
-    """A port on 127.0.0.1 that nothing listens on now."""
+    """A port on 127.0.0.1 that nothing listens on now, below the kernel's ephemeral range: a port
+    from that range (bind to 0) can meanwhile become the local port of a connection another test
+    (ctest -j) makes, and the process that was to listen on it fails with EADDRINUSE."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(100):
+        port = random.randint(max(1024, low - 12000), low - 1)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

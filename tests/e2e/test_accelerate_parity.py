@@ -11,13 +11,12 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import unittest
 
-from common import DTLAUNCH, LaunchTest, main
+from common import DTLAUNCH, LaunchTest, free_port, main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
@@ -40,12 +39,6 @@ KNOWN = {
 # torchrun 2.x variables that dtlaunch does not give yet. Should dtlaunch give one, its value must
 # be torchrun's.
 NOT_YET = set()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def goldens():

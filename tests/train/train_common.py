@@ -4,12 +4,11 @@ import array
 import json
 import math
 import os
-import socket
 import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
-from common import LaunchTest  # noqa: E402
+from common import LaunchTest, free_port  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,12 +44,6 @@ def relative_difference(a, b):
     diff = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)))
     norm = math.sqrt(sum(x * x for x in a))
     return diff / norm
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class TrainTest(LaunchTest):
