@@ -180,7 +180,8 @@ def main():
                     totals[kind].append(r["total_s"] if done else float("inf"))
                     mem = f"{r['per_client_kib']:.1f}" if r["per_client_kib"] is not None else "?"
                     total = (f"{r['total_s']:.3f}" if done else
-                             f"did not finish in {a.timeout} s ({r['released']} released, {r['failed']} failed)")
+                             f"did not finish in {a.timeout} s ({r['released']} released, {r['failed']} failed"
+                             + (f", first: {r['first_error']})" if r["first_error"] else ")"))
                     added = f"{r['counted_s']:.3f}" if r["counted_s"] >= 0 else "-"
                     connected = f"{r['connect_s']:.3f}" if r["connect_s"] >= 0 else "-"
                     print(f"| {n} | {in_flight} | {kind} | {run} | {connected} | {added} | {total} "
