@@ -1,12 +1,16 @@
 // Load for a c10d store server (dtlaunch's or torch's): N clients in one process, each connecting,
-// validating (torch 2.x's handshake), `add`ing 1 to one counter and then `wait`ing on a barrier key
-// that the client whose add reaches N sets. Prints one JSON line: how long connecting took and how
-// long until every client was released. Clients bind source addresses spread over 127.0.0.0/8, so
-// that N is not bounded by one source address's ports. For scripts/bench/store.py.
+// validating as torch 2.x's TCPStore client does (VALIDATE and a PING in one write, then waiting for
+// the nonce to come back), `add`ing 1 to one counter and then `wait`ing on a barrier key that the
+// client whose add reaches N sets. Prints one JSON line: how long connecting took and how long until
+// every client was released. Clients bind source addresses in 127.0.0.0/8, PER_ADDRESS clients to
+// an address (8 by default, as from nodes of 8 GPUs), so that N is bounded neither by one address's
+// ports nor by a server's connections per address. For scripts/bench/store.py.
 #include <sys/resource.h>
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <functional>
 #include <cstdio>
@@ -43,6 +47,7 @@ struct Run {
   long connected = 0, released = 0, failed = 0;
   long started = 0;       ///< connects begun
   long max_pending = 2048;  ///< connects in flight at once: under the listen backlog, as torch staggers its clients
+  long per_address = 8;     ///< clients bound to one source address
   std::function<void()> start_next;
   Clock::time_point start, all_connected, counted, end;
   std::string first_error;
@@ -71,10 +76,9 @@ struct Client : std::enable_shared_from_this<Client> {
 
   void start() {
     sock.open(tcp::v4());
-    // 127.0.0.1 while one address's ephemeral ports suffice; past that, 127.0.0.0/8, 20000 clients
-    // per source address.
-    const uint32_t src = run.n <= 20000 ? (127u << 24) + 1u
-                                        : (127u << 24) + 1u + static_cast<uint32_t>(index / 20000 + 1) * 256u;
+    // 127.a.b.c with c in 1..254: no address ends in .0 or .255.
+    auto k = static_cast<uint32_t>(index / run.per_address);
+    const uint32_t src = (127u << 24) | ((1 + k / (254 * 256)) << 16) | ((k / 254 % 256) << 8) | (1 + k % 254);
     boost::system::error_code ec;
     sock.bind(tcp::endpoint(asio::ip::address_v4(src), 0), ec);
     if (ec) return fail("bind: " + ec.message());
@@ -85,11 +89,23 @@ struct Client : std::enable_shared_from_this<Client> {
       self->run.start_next();
       self->out.clear();
       self->out += std::string("\x00\xce\xf7\x85\x3c", 5);  // VALIDATE + magic
-      self->out.push_back(4);                                 // ADD
-      put_str(self->out, "/counter");
-      put_u64(self->out, 1);
-      self->send_then_read(8, [self] { self->added(); });
+      self->out.push_back(13);                                // PING + nonce, as torch 2.x sends it
+      for (int i = 0; i < 4; ++i) self->out.push_back(static_cast<char>(self->nonce() >> (8 * i)));
+      self->send_then_read(4, [self] { self->pinged(); });
     });
+  }
+
+  uint32_t nonce() const { return static_cast<uint32_t>(index) * 2654435761u + 1; }
+
+  void pinged() {
+    uint32_t back = 0;
+    for (int i = 3; i >= 0; --i) back = (back << 8) | in[i];
+    if (back != nonce()) return fail("ping answered " + std::to_string(back) + ", not the nonce");
+    out.clear();
+    out.push_back(4);  // ADD
+    put_str(out, "/counter");
+    put_u64(out, 1);
+    send_then_read(8, [self = shared_from_this()] { self->added(); });
   }
 
   template <class Next>
@@ -130,8 +146,8 @@ struct Client : std::enable_shared_from_this<Client> {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4 || argc > 6) {
-    std::cerr << "usage: store_load HOST PORT CLIENTS [TIMEOUT_S [CONNECTS_IN_FLIGHT]]\n";
+  if (argc < 4 || argc > 7) {
+    std::cerr << "usage: store_load HOST PORT CLIENTS [TIMEOUT_S [CONNECTS_IN_FLIGHT [PER_ADDRESS]]]\n";
     return 2;
   }
   rlimit files{};
@@ -143,7 +159,8 @@ int main(int argc, char** argv) {
   run.server = tcp::endpoint(asio::ip::make_address(argv[1]), static_cast<unsigned short>(std::stoi(argv[2])));
   run.n = std::stol(argv[3]);
   const int timeout_s = argc >= 5 ? std::stoi(argv[4]) : 600;
-  if (argc == 6) run.max_pending = std::stol(argv[5]);
+  if (argc >= 6) run.max_pending = std::stol(argv[5]);
+  if (argc >= 7) run.per_address = std::max(1L, std::stol(argv[6]));
   std::vector<std::shared_ptr<Client>> clients;
   clients.reserve(run.n);
   asio::steady_timer deadline(run.io, std::chrono::seconds(timeout_s));
