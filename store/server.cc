@@ -45,7 +45,7 @@ void close_on_exec(int fd) { ::fcntl(fd, F_SETFD, FD_CLOEXEC); }
 
 /// max_connections when not given: half the descriptors this process may open.
 size_t connections_from_fd_limit() {
-  constexpr size_t kMost = 65536;
+  constexpr size_t kMost = size_t{1} << 18;
   rlimit files{};
   if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return kMost;
   return std::clamp<size_t>(files.rlim_cur / 2, 1, kMost);

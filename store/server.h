@@ -21,7 +21,8 @@ namespace dtl::store {
 struct ServerOptions {
   Limits limits;
   StateLimits state;
-  /// Connections at once; 0: half of RLIMIT_NOFILE's soft limit at start, at most 65536, so the
+  /// Connections at once; 0: half of RLIMIT_NOFILE's soft limit at start, at most 262144 (a 96K-rank
+  /// job's workers fit where the hard limit is the usual 524288; ~2.5 KiB each), so the
   /// store cannot take the descriptors the rendezvous and the workers' pipes need. Connections
   /// handed over from the rendezvous's port count too.
   size_t max_connections = 0;
