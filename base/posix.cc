@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
 extern char** environ;
 
@@ -158,6 +159,12 @@ std::string host_name() {
   char name[256] = "localhost";
   gethostname(name, sizeof name - 1);
   return name;
+}
+
+std::string current_directory() {
+  std::error_code ec;
+  auto cwd = std::filesystem::current_path(ec);
+  return ec ? "." : cwd.string();
 }
 
 namespace {

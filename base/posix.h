@@ -83,6 +83,9 @@ int online_cpu_count();
 /// The name this machine goes by, as failure summaries and the rendezvous show it.
 std::string host_name();
 
+/// The working directory's absolute path; "." when it cannot be had (removed under us).
+std::string current_directory();
+
 /// Raises the soft RLIMIT_NOFILE to the hard limit, once per process: a rendezvous server needs a
 /// descriptor per node, more than the usual soft limit of 1024. Returns the soft limit now.
 uint64_t raise_fd_limit();

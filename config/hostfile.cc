@@ -37,12 +37,9 @@ std::optional<Error> add(std::vector<Host>& hosts, Host h, const std::string& wh
 
 std::variant<std::vector<Host>, Error> parse_hostfile(const std::string& text, const std::string& path) {
   std::vector<Host> hosts;
-  size_t start = 0;
-  for (int line = 1; start < text.size(); ++line) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string content = text.substr(start, end - start);
-    start = end + 1;
+  int line = 0;
+  for (auto content : text::split(text, '\n')) {
+    ++line;
     if (auto hash = content.find('#'); hash != std::string::npos) content.resize(hash);
     for (char& c : content) c = c == '\t' || c == '\r' ? ' ' : c;
     std::vector<std::string> words;

@@ -35,6 +35,8 @@ using config::Source;
 namespace {
 
 constexpr size_t kMaxVariablesBytes = 1 << 20;
+/// The first word of a node's hello; its version follows.
+constexpr std::string_view kHelloWord = "dtlaunch-node ";
 /// How long every host has to answer the preflight (ssh's own ConnectTimeout is 10 s).
 constexpr auto kPreflightTimeout = std::chrono::seconds(30);
 /// The variable prefixes every host's agent gets from here (DeepSpeed forwards the same kind).
@@ -184,11 +186,7 @@ std::optional<Error> refuse_fanout_settings_without_hosts(const LaunchOptions& o
   return std::nullopt;
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+std::string shell_quote(const std::string& s) { return "'" + text::replace_all(s, "'", "'\\''") + "'"; }
 
 const std::vector<std::string>& host_setting_names() {
   static const std::vector<std::string> names{"PET_NNODES",       "PET_NODE_RANK",  "PET_MASTER_ADDR",
@@ -197,7 +195,7 @@ const std::vector<std::string>& host_setting_names() {
   return names;
 }
 
-std::string node_hello() { return "dtlaunch-node " DTL_VERSION; }
+std::string node_hello() { return std::string(kHelloWord) + DTL_VERSION; }
 
 std::string encode_variables(const Variables& vars) {
   std::string out;
@@ -271,6 +269,7 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
   const auto count = count_per_host(o);
   FanoutPlan plan;
   plan.ssh_path = *ssh_path;
+  plan.environment = in.environment;
   plan.stop_timeout_s = o.shutdown_timeout_s;
   for (size_t rank = 0; rank < hosts.size(); ++rank) {
     const auto& h = hosts[rank];
@@ -364,7 +363,7 @@ class Fanout {
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
       throw std::system_error(errno, std::generic_category(), "pipe");
     }
-    SpawnSpec spec{plan_.ssh_path, n.start.argv, environment_entries(), in[0], out[1], err[1]};
+    SpawnSpec spec{plan_.ssh_path, n.start.argv, plan_.environment, in[0], out[1], err[1]};
     n.pid = spawn_worker(spec);
     for (int fd : {in[0], out[1], err[1]}) ::close(fd);
     n.in.assign(in[1]);
@@ -377,7 +376,8 @@ class Fanout {
   void read(Node& n, asio::posix::stream_descriptor& pipe, std::array<char, 16384>& buf, int fd) {
     pipe.async_read_some(asio::buffer(buf), [this, &n, &pipe, &buf, fd](const boost::system::error_code& ec, size_t got) {
       std::string_view chunk(buf.data(), got);
-      if (fd == 1 && !n.answered) chunk = hello(n, chunk);
+      std::string after_hello;  // only until the hello: the output after it is not copied
+      if (fd == 1 && !n.answered) chunk = after_hello = hello(n, chunk);
       std::string lines;
       (fd == 1 ? n.out_lines : n.err_lines).feed(chunk, lines);
       if (fd == 2 && !lines.empty()) remember_error(n, lines);
@@ -397,7 +397,7 @@ class Fanout {
   }
 
   /// Takes the hello line off the front of a node's stdout; returns what follows it.
-  std::string_view hello(Node& n, std::string_view chunk) {
+  std::string hello(Node& n, std::string_view chunk) {
     n.before_hello.append(chunk);
     const auto eol = n.before_hello.find('\n');
     if (eol == std::string::npos) {
@@ -405,19 +405,18 @@ class Fanout {
       return {};
     }
     const std::string line = n.before_hello.substr(0, eol);
-    rest_ = n.before_hello.substr(eol + 1);
+    std::string rest = n.before_hello.substr(eol + 1);
     n.before_hello.clear();
-    const std::string want = node_hello();
-    if (line != want) {
-      fail_preflight(n, line.rfind("dtlaunch-node ", 0) == 0 ? "runs " + printable(line.substr(14), 40) +
-                                                                   ", not this dtlaunch " DTL_VERSION
-                                                             : "said " + printable(line, 120) + " instead of hello",
+    if (line != node_hello()) {
+      fail_preflight(n, line.starts_with(kHelloWord) ? "runs " + printable(line.substr(kHelloWord.size()), 40) +
+                                                           ", not this dtlaunch " DTL_VERSION
+                                                     : "said " + printable(line, 120) + " instead of hello",
                      2);
-      return rest_;
+      return rest;
     }
     n.answered = true;
     if (std::all_of(nodes_.begin(), nodes_.end(), [](const auto& m) { return m->answered; })) go();
-    return rest_;
+    return rest;
   }
 
   void remember_error(Node& n, const std::string& lines) {
@@ -544,7 +543,6 @@ class Fanout {
   asio::signal_set signals_;
   asio::steady_timer timer_;
   std::vector<std::unique_ptr<Node>> nodes_;
-  std::string rest_;
   bool preflight_done_ = false;
   bool stopping_ = false;
   bool finished_ = false;  ///< every ssh ended and its output was read

@@ -38,6 +38,7 @@ struct NodeStart {
 struct FanoutPlan {
   std::vector<NodeStart> nodes;  ///< in node-rank order
   std::string ssh_path;          ///< argv[0], found on PATH
+  std::vector<std::string> environment;  ///< ssh's: this process's, as the inputs had it
   double stop_timeout_s = 30;    ///< how long the nodes may take to stop before ssh is killed
 };
 

@@ -83,12 +83,6 @@ std::string random_id() {
   return id;
 }
 
-std::string current_directory() {
-  std::error_code ec;
-  auto cwd = std::filesystem::current_path(ec);
-  return ec ? "." : cwd.string();
-}
-
 }  // namespace
 
 int physical_core_count(int fallback) {
@@ -257,7 +251,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   }
   if (o.accelerate.launch) {
     const int cores = host.physical_cores > 0 ? host.physical_cores : physical_core_count(host.cpu_count);
-    plan.group.variables = config::accelerate_variables(o, {host.env, current_directory(), plan.nproc, ngpus, cores});
+    plan.group.variables = config::accelerate_variables(o, {host.env, posix::current_directory(), plan.nproc, ngpus, cores});
   }
   if (plan.nproc > 1 && !env("OMP_NUM_THREADS")) {
     plan.notices.push_back("OMP_NUM_THREADS=1 for each worker, to avoid overloading the machine "

@@ -7,9 +7,7 @@
 
 #include <cstdio>
 #include <iostream>
-#include <filesystem>
 #include <optional>
-#include <random>
 #include <system_error>
 
 #include <boost/asio/io_context.hpp>
@@ -30,6 +28,7 @@
 #include "launcher/rdzv_options.h"
 #include "launcher/slurm_launch.h"
 #include "launcher/supervisor.h"
+#include "rendezvous/auth.h"
 #include "rendezvous/ports.h"
 
 namespace {
@@ -79,7 +78,6 @@ std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, cons
   return p;
 }
 
-/// Runs the workers (the supervisor, or this node's agent) and keeps or removes the log folder.
 /// A fan-out's node: the end of `control` (the ssh channel's stdin) is a SIGTERM, whatever closed it.
 void stop_when_closed(boost::asio::posix::stream_descriptor& control) {
   static char buf[256];
@@ -89,6 +87,7 @@ void stop_when_closed(boost::asio::posix::stream_descriptor& control) {
   });
 }
 
+/// Runs the workers (the supervisor, or this node's agent) and keeps or removes the log folder.
 int run(const Prepared& p, const std::string& node_name, int control_fd, launcher::Console& console,
         launcher::OrphanGuard& guard) {
   const auto fail = [&](const Error& e) {
@@ -132,8 +131,7 @@ int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args
   launcher::FanoutInputs in;
   in.args = args;
   in.environment = launcher::environment_entries();
-  std::error_code ec;
-  in.cwd = std::filesystem::current_path(ec).string();
+  in.cwd = posix::current_directory();
   const auto read = config::disk_files();
   if (!o.fanout.hostfile.empty()) {
     auto file = read(o.fanout.hostfile);
@@ -145,8 +143,7 @@ int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args
     in.hostfile_text = file.text;
   }
   if (auto file = read(".dtlaunch_env"); file.status == config::FileRead::Status::ok) in.dtlaunch_env = file.text;
-  std::random_device random;
-  for (int i = 0; i < 8; ++i) in.token += fmt::format("{:08x}", random());
+  for (uint8_t byte : rendezvous::random_nonce()) in.token += fmt::format("{:02x}", byte);  // a secret: OpenSSL's
   in.find_program = [&](const std::string& name) { return launcher::find_executable(name, env("PATH").value_or("")); };
   auto planned = launcher::plan_fanout(o, in);
   if (auto* err = std::get_if<Error>(&planned)) {
