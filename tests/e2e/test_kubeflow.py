@@ -111,14 +111,14 @@ class Kubeflow(LaunchTest):
         env.update(operator_vars)
         return env
 
-    def run_pods(self, pods, python, args=(), timeout=120):
-        """Starts one dtlaunch per pod (`dtlaunch [args] script`), returns {pod: CompletedProcess}."""
+    def run_pods(self, pods, python, args=(), timeout=120, launcher=DTLAUNCH):
+        """Starts one dtlaunch (or `launcher`) per pod (`dtlaunch [args] script`), returns {pod: CompletedProcess}."""
         script = os.path.join(self.tmp, "train.py")
         with open(script, "w") as f:
             f.write(SCRIPT)
         running = {}
         for pod, variables in pods.items():
-            argv = self.command(pod, [DTLAUNCH, *expand(args, variables), script])
+            argv = self.command(pod, [launcher, *expand(args, variables), script])
             running[pod] = Running(argv, self.pod_env(variables, python), preexec_fn=lambda: os.sched_setaffinity(0, CPUS))
         return {pod: r.finish(timeout=timeout) for pod, r in running.items()}
 
@@ -176,6 +176,28 @@ class Kubeflow(LaunchTest):
                 master, port = self.address("job-node-0-0.job"), self.port(29500)
                 results = self.run_pods(trainjob(master, port, 2), python)
                 self.assert_job(results, 4, master, port)
+
+    def test_the_workers_get_what_torchruns_get_in_the_same_pods(self):
+        """The oracle: torch 2.x's own torchrun as the pods' command, given the same variables."""
+        found = [(python, os.path.join(os.path.dirname(python), "torchrun")) for _, python in PYTHONS
+                 if python != "/usr/bin/python3" and os.path.exists(os.path.join(os.path.dirname(python), "torchrun"))]
+        if not found:  # Debian's torchrun (torch 1.13) fails on Python 3.11
+            self.skipTest("no torch 2.x venv with torchrun ($DTL_ACCELERATE_VENV or $DTL_TORCH2_PYTHON)")
+        python, torchrun = found[0]
+        keys = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"]
+        flavors = {"PyTorchJob master/worker, nprocPerNode 2": ("job-master-0", 23456,
+                                                                lambda a, p: pytorchjob_master_worker(a, p, "2")),
+                   "TrainJob, numProcPerNode 2": ("job-node-0-0.job", 29500, lambda a, p: trainjob(a, p, 2))}
+        for flavor, (service, operators_port, pods_of) in flavors.items():
+            with self.subTest(flavor):
+                got = {}
+                master, port = self.address(service), self.port(operators_port)  # the same for both runs
+                for name, launcher in (("dtlaunch", DTLAUNCH), ("torchrun", torchrun)):
+                    # --tee 3: torchrun prefixes its workers' lines ([default0]:) only when it tees them
+                    results = self.run_pods(pods_of(master, port), python, ["--tee=3"], launcher=launcher)
+                    workers = self.assert_job(results, 4, master, port)
+                    got[name] = {rank: {k: w[k] for k in keys} for rank, w in workers.items()}
+                self.assertEqual(got["dtlaunch"], got["torchrun"])
 
     def test_an_old_pytorchjob_is_refused_until_the_flags_are_given(self):
         label, python = PYTHONS[0]
@@ -288,10 +310,10 @@ class KubeflowPods(Kubeflow):
     def port(self, operators_port):
         return operators_port
 
-    def run_pods(self, pods, python, args=(), timeout=120):
+    def run_pods(self, pods, python, args=(), timeout=120, launcher=DTLAUNCH):
         self.pod_order = list(pods)
         self.network.name_pods([f"job-{pod}" for pod in pods])
-        return super().run_pods(pods, python, args, timeout)
+        return super().run_pods(pods, python, args, timeout, launcher)
 
     def command(self, pod, argv):
         ns = self.network.pods[self.pod_order.index(pod)]
