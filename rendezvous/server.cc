@@ -1,6 +1,5 @@
 #include "rendezvous/server.h"
 
-#include <fcntl.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/accept_loop.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/peer_log.h"
 #include "rendezvous/printable.h"
@@ -46,16 +46,6 @@ struct Conn {
   bool joined() const { return !closing && shake.phase == ServerHandshake::Phase::joined; }
 };
 
-/// accept() failed for want of descriptors or memory: trying again at once would fail again.
-bool out_of_resources(const boost::system::error_code& ec) {
-  return ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
-         ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
-}
-
-/// Asio opens and accepts sockets without close-on-exec: without it every worker the hosting agent
-/// starts would hold the listening socket and each peer's connection.
-void close_on_exec(int fd) { ::fcntl(fd, F_SETFD, FD_CLOEXEC); }
-
 /// The descriptors this process may open (its soft limit now).
 uint64_t fd_limit() {
   rlimit files{};
@@ -76,19 +66,18 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         round_timer(io),
         sweep_timer(io),
         silence_timer(io),
-        accept_timer(io),
         peer_log_timer(io) {}
 
   asio::io_context& io;
   ServerOptions opts;
-  tcp::acceptor acceptor;
+  tcp::acceptor acceptor;                   ///< bound, until start() hands it to `accepting`
+  std::shared_ptr<net::AcceptLoop> accepting;
   RoundState round;
   Admission admission;
   PeerLog peer_log;
   asio::steady_timer round_timer;
   asio::steady_timer sweep_timer;
   asio::steady_timer silence_timer;  ///< just past the earliest silence limit, when it falls between sweeps
-  asio::steady_timer accept_timer;   ///< out of descriptors: the next accept
   asio::steady_timer peer_log_timer; ///< the summary of what unauthenticated peers did
   bool peer_log_armed = false;
   std::map<NodeId, std::shared_ptr<Conn>> conns;
@@ -111,7 +100,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       ep = found.begin()->endpoint();
     }
     acceptor.open(ep.protocol());
-    close_on_exec(acceptor.native_handle());
+    net::close_on_exec(acceptor.native_handle());
     acceptor.set_option(tcp::acceptor::reuse_address(true));
     acceptor.bind(ep, ec);
     if (ec == asio::error::address_in_use) {
@@ -126,7 +115,16 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
 
   void start() {
-    accept();
+    // The loop calls these only until shutdown(), which stops it: `this` is alive.
+    accepting = net::AcceptLoop::start(std::move(acceptor), {opts.accept_backoff},
+                                       {[this](tcp::socket sock, const tcp::endpoint& peer) {
+                                          ++stats.accepted;
+                                          add(std::move(sock), peer);
+                                        },
+                                        [this](const boost::system::error_code& ec, bool paused) {
+                                          ++stats.accept_failures;
+                                          if (paused) out_of_descriptors(ec);
+                                        }});
     sweep();
     apply(round.on_tick(Clock::now()));
   }
@@ -134,29 +132,15 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void shutdown() {
     stopped = true;
     boost::system::error_code ignored;
-    acceptor.close(ignored);
-    for (auto* t : {&round_timer, &sweep_timer, &silence_timer, &accept_timer, &peer_log_timer}) t->cancel();
+    if (accepting) accepting->stop();
+    for (auto* t : {&round_timer, &sweep_timer, &silence_timer, &peer_log_timer}) t->cancel();
     for (auto& [id, c] : conns) c->sock.close(ignored);
     conns.clear();
     if (auto line = peer_log.summary(Clock::now())) spdlog::warn("rendezvous: {}", *line);
   }
 
-  void accept() {
-    acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket sock) {
-      if (self->stopped || ec == asio::error::operation_aborted) return;
-      if (!ec) {
-        ++self->stats.accepted;
-        self->add(std::move(sock));
-        return self->accept();
-      }
-      ++self->stats.accept_failures;
-      if (!out_of_resources(ec)) return self->accept();
-      self->out_of_descriptors(ec);
-    });
-  }
-
   /// accept() found no descriptor (or memory) free: close the oldest stalled unauthenticated
-  /// connection, if there is one, and try again after a pause instead of spinning on the error.
+  /// connection, if there is one; the loop tries again after a pause instead of spinning.
   void out_of_descriptors(const boost::system::error_code& ec) {
     const auto now = Clock::now();
     if (auto oldest = admission.oldest_stale(now)) shed(*oldest, "closed: out of file descriptors");
@@ -165,17 +149,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       spdlog::warn("rendezvous: cannot accept connections: {}; trying again every {} ms", ec.message(),
                    opts.accept_backoff.count());
     }
-    accept_timer.expires_after(opts.accept_backoff);
-    accept_timer.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
-      if (!e && !self->stopped) self->accept();
-    });
   }
 
-  void add(tcp::socket sock) {
-    close_on_exec(sock.native_handle());
+  void add(tcp::socket sock, const tcp::endpoint& remote) {
     boost::system::error_code ec;
-    auto remote = sock.remote_endpoint(ec);
-    if (ec) return;  // it is gone already; the socket closes here
     const NodeId id = next_id++;
     const auto now = Clock::now();
     const std::string source = source_of(remote.address());
@@ -463,7 +440,7 @@ Server::Server(asio::io_context& io, ServerOptions options) : impl_(std::make_sh
   impl_->start();
 }
 Server::~Server() { impl_->shutdown(); }
-int Server::port() const { return impl_->acceptor.local_endpoint().port(); }
+int Server::port() const { return impl_->accepting->port(); }
 size_t Server::connections() const { return impl_->members; }
 ServerStats Server::stats() const {
   ServerStats s = impl_->stats;

@@ -1,16 +1,18 @@
 #include "store/server.h"
 
-#include <fcntl.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
+
+#include "base/accept_loop.h"
 
 namespace dtl::store {
 namespace asio = boost::asio;
@@ -25,23 +27,13 @@ struct Conn {
   ClientId id;
   RequestDecoder decoder;
   std::array<uint8_t, 1024> buf;
-  std::string source;    ///< the peer's address, for max_per_address
+  asio::ip::address source;  ///< the peer's, for max_per_address
   std::string pending;   ///< replies not yet handed to the socket
   std::string inflight;  ///< what async_write is writing
   bool writing = false;
   bool closed = false;
   size_t counted = 0;  ///< decoder.buffered() as last added to Impl::buffered
 };
-
-/// accept() failed for want of descriptors or memory: retrying at once would spin.
-bool out_of_resources(const boost::system::error_code& ec) {
-  return ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
-         ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
-}
-
-/// Asio opens and accepts sockets without close-on-exec: without it every worker the hosting agent
-/// starts would hold the store's listening socket and its clients' connections.
-void close_on_exec(int fd) { ::fcntl(fd, F_SETFD, FD_CLOEXEC); }
 
 /// max_connections when not given: half the descriptors this process may open.
 size_t connections_from_fd_limit() {
@@ -81,6 +73,15 @@ class DropLog {
   size_t held_ = 0;
 };
 
+/// Boost 1.74's address has no std::hash.
+struct AddressHash {
+  size_t operator()(const asio::ip::address& a) const {
+    if (a.is_v4()) return std::hash<uint32_t>{}(a.to_v4().to_uint());
+    const auto b = a.to_v6().to_bytes();
+    return std::hash<std::string_view>{}({reinterpret_cast<const char*>(b.data()), b.size()});
+  }
+};
+
 ServerOptions derived(ServerOptions o) {
   if (o.max_connections == 0) o.max_connections = connections_from_fd_limit();
   if (o.max_per_address == 0) {
@@ -103,7 +104,7 @@ tcp::acceptor listen_on(asio::io_context& io, const std::string& host, int port)
   }
   tcp::acceptor acceptor(io);
   acceptor.open(ep.protocol());
-  close_on_exec(acceptor.native_handle());
+  net::close_on_exec(acceptor.native_handle());
   acceptor.set_option(tcp::acceptor::reuse_address(true));
   acceptor.bind(ep, ec);
   if (ec) {
@@ -116,17 +117,16 @@ tcp::acceptor listen_on(asio::io_context& io, const std::string& host, int port)
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(asio::io_context& io, ServerOptions o)
-      : io(io), opts(derived(std::move(o))), state(opts.state), accept_timer(io), log(opts.log_interval) {}
+      : io(io), opts(derived(std::move(o))), state(opts.state), log(opts.log_interval) {}
 
   asio::io_context& io;
   ServerOptions opts;
   StoreState state;
-  std::optional<tcp::acceptor> acceptor;
-  asio::steady_timer accept_timer;  ///< the pause after accept() ran out of descriptors
+  std::shared_ptr<net::AcceptLoop> accepting;  ///< serve()'s port; none when clients are adopted
   DropLog log;
   ServerStats stats;
   std::unordered_map<ClientId, std::shared_ptr<Conn>> conns;
-  std::unordered_map<std::string, size_t> per_address;  ///< connections now, by source address
+  std::unordered_map<asio::ip::address, size_t, AddressHash> per_address;  ///< connections now, by source address
   ClientId next_id = 1;
   uint64_t buffered = 0;
   uint64_t unsent = 0;  ///< replies not yet written, all clients
@@ -134,45 +134,35 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::vector<Request> requests;  ///< reused between reads
   std::vector<Outgoing> outgoing;
 
-  void accept() {
-    acceptor->async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket sock) {
-      if (self->stopped || ec == asio::error::operation_aborted) return;
-      if (!ec) {
-        self->add(std::move(sock), {});
-        return self->accept();
-      }
-      ++self->stats.accept_failures;
-      if (!out_of_resources(ec)) return self->accept();
-      // Out of descriptors, the connection stays in the backlog and accept() fails again at once:
-      // retrying without a pause spun the io_context the rendezvous shares.
-      self->log.note("cannot accept connections: " + ec.message() + "; trying again every " +
-                     std::to_string(self->opts.accept_backoff.count()) + " ms");
-      self->accept_timer.expires_after(self->opts.accept_backoff);
-      self->accept_timer.async_wait([self](const boost::system::error_code& e) {
-        if (!e && !self->stopped) self->accept();
-      });
-    });
+  /// The loop calls these only until close(), which stops it: `this` is alive.
+  void serve(tcp::acceptor acceptor) {
+    accepting = net::AcceptLoop::start(
+        std::move(acceptor), {opts.accept_backoff},
+        {[this](tcp::socket sock, const tcp::endpoint& peer) { add(std::move(sock), peer.address(), {}); },
+         [this](const boost::system::error_code& ec, bool paused) {
+           ++stats.accept_failures;
+           if (paused) {
+             log.note("cannot accept connections: " + ec.message() + "; trying again every " +
+                      std::to_string(opts.accept_backoff.count()) + " ms");
+           }
+         }});
   }
 
-  void add(tcp::socket sock, const std::vector<uint8_t>& first) {
-    close_on_exec(sock.native_handle());
-    boost::system::error_code ec;
-    auto remote = sock.remote_endpoint(ec);
-    if (ec) return;  // gone already; the socket closes as it goes
-    std::string source = remote.address().to_string();
+  void add(tcp::socket sock, const asio::ip::address& source, const std::vector<uint8_t>& first) {
     auto here = per_address.find(source);
     const size_t from_source = here == per_address.end() ? 0 : here->second;
     if (conns.size() >= opts.max_connections || from_source >= opts.max_per_address) {
       ++stats.refused;
-      log.note("refused a connection from " + source + ": " + std::to_string(from_source) +
+      log.note("refused a connection from " + source.to_string() + ": " + std::to_string(from_source) +
                " connected from its address, " + std::to_string(conns.size()) + " in all (at most " +
                std::to_string(opts.max_per_address) + " and " + std::to_string(opts.max_connections) + ")");
       return;  // the socket closes as it goes
     }
+    boost::system::error_code ec;
     sock.set_option(tcp::no_delay(true), ec);
     auto c = std::make_shared<Conn>(std::move(sock), next_id++, opts.limits);
     ++per_address[source];
-    c->source = std::move(source);
+    c->source = source;
     conns.emplace(c->id, c);
     if (!first.empty() && !received(c, first.data(), first.size())) return;
     read(c);
@@ -254,11 +244,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void drop(const std::shared_ptr<Conn>& c, const std::string& why) {
     if (c->closed) return;
     c->closed = true;
-    if (!why.empty()) {
-      boost::system::error_code ec;
-      auto peer = c->sock.remote_endpoint(ec);
-      log.note("dropped " + (ec ? std::string("a client") : peer.address().to_string()) + ": " + why);
-    }
+    if (!why.empty()) log.note("dropped " + c->source.to_string() + ": " + why);
     boost::system::error_code ignored;
     c->sock.close(ignored);
     buffered -= c->counted;
@@ -287,14 +273,14 @@ Server::Server(asio::io_context& io, ServerOptions options) : impl_(std::make_sh
 
 Server::~Server() { close(); }
 
-void Server::serve(tcp::acceptor acceptor) {
-  impl_->acceptor.emplace(std::move(acceptor));
-  impl_->accept();
-}
+void Server::serve(tcp::acceptor acceptor) { impl_->serve(std::move(acceptor)); }
 
 void Server::adopt(tcp::socket socket, std::vector<uint8_t> first_bytes) {
   if (impl_->stopped) return;
-  impl_->add(std::move(socket), first_bytes);
+  boost::system::error_code ec;
+  auto peer = socket.remote_endpoint(ec);
+  if (ec) return;  // gone already; the socket closes as it goes
+  impl_->add(std::move(socket), peer.address(), first_bytes);
 }
 
 void Server::reset() {
@@ -305,14 +291,12 @@ void Server::reset() {
 void Server::close() {
   if (impl_->stopped) return;
   impl_->stopped = true;
-  boost::system::error_code ignored;
-  if (impl_->acceptor) impl_->acceptor->close(ignored);
-  impl_->accept_timer.cancel();
+  if (impl_->accepting) impl_->accepting->stop();
   impl_->close_all();
   impl_->log.flush();
 }
 
-int Server::port() const { return impl_->acceptor ? impl_->acceptor->local_endpoint().port() : 0; }
+int Server::port() const { return impl_->accepting ? impl_->accepting->port() : 0; }
 size_t Server::connections() const { return impl_->conns.size(); }
 const StoreState& Server::state() const { return impl_->state; }
 const ServerStats& Server::stats() const { return impl_->stats; }

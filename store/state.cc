@@ -17,8 +17,8 @@ std::string i64(int64_t v) {
 }
 
 /// What a pending wait holds per key: the key in Wait::keys and in waiting_ (a node of each map
-/// and vector around it, about 64 bytes more).
-uint64_t wait_cost(const std::string& key) { return 2 * key.size() + 64; }
+/// and the set's node around it, about 96 bytes more).
+uint64_t wait_cost(const std::string& key) { return 2 * key.size() + 96; }
 
 std::string full(uint64_t max_bytes) {
   return "the store is full (" + std::to_string(max_bytes) + " bytes of keys and values)";
@@ -57,7 +57,7 @@ void StoreState::drop_wait(uint64_t id, const std::string* except_key) {
     if (except_key && key == *except_key) continue;
     auto list = waiting_.find(key);
     if (list == waiting_.end()) continue;
-    std::erase(list->second, id);
+    list->second.erase(id);
     if (list->second.empty()) waiting_.erase(list);
   }
   wait_bytes_ -= w->second.cost;
@@ -70,10 +70,9 @@ void StoreState::drop_wait(uint64_t id, const std::string* except_key) {
 void StoreState::wake(const std::string& key, std::vector<Outgoing>& out, bool just_one) {
   auto list = waiting_.find(key);
   if (list == waiting_.end()) return;
-  std::vector<uint64_t> ids;
+  std::set<uint64_t> ids;
   if (just_one) {
-    ids.push_back(list->second.front());
-    list->second.erase(list->second.begin());
+    ids.insert(list->second.extract(list->second.begin()));
     if (list->second.empty()) waiting_.erase(list);
   } else {
     ids = std::move(list->second);
@@ -211,7 +210,7 @@ std::optional<std::string> StoreState::handle(ClientId from, Request& r, std::ve
       wait_bytes_ += cost;
       const uint64_t id = next_wait_++;
       mine.push_back(id);
-      for (const auto& key : missing) waiting_[key].push_back(id);
+      for (const auto& key : missing) waiting_[key].insert(waiting_[key].end(), id);
       waits_.emplace(id, Wait{from, missing.size(), std::move(missing), cost});
       return std::nullopt;
     }

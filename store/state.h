@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -74,7 +75,10 @@ class StoreState {
   uint64_t wait_bytes_ = 0;
   uint64_t next_wait_ = 1;
   std::unordered_map<uint64_t, Wait> waits_;
-  std::unordered_map<std::string, std::vector<uint64_t>> waiting_;  ///< key -> waits, oldest first
+  /// key -> waits, oldest first (ids only grow). A set, not a list: when the N clients waiting on
+  /// one key hang up, each takes itself out in log N; a list made that N^2 (the unit test "100K waiters
+  /// on one key": 4.5 s with a list, 0.24 s with sets).
+  std::unordered_map<std::string, std::set<uint64_t>> waiting_;
   std::unordered_map<ClientId, std::vector<uint64_t>> by_client_;
 };
 

@@ -4,6 +4,7 @@ by side in one run. Python 3 standard library; torch only in the python that ser
 
 Usage: scripts/bench/store.py [--clients 1000,4000,16000] [--only load,init] [--repeat 3] [--load_repeat 1]
                              [--in_flight 2048] [--resolver files|system] [--timeout 300]
+                             [--servers dtlaunch,torch libuv,torch legacy]
 
   load  N clients of build/tests/store_load (one process, C++, 8 clients to a source address in
         127.0.0.0/8 as from nodes of 8 GPUs, at most --in_flight connects at once): each connects,
@@ -157,6 +158,8 @@ def main():
     ap.add_argument("--resolver", choices=("files", "system"), default="files",
                     help="where the servers' name lookups go: /etc/hosts alone, or as the machine is set up")
     ap.add_argument("--load_repeat", type=int, default=1, help="runs of each server at each N, interleaved")
+    ap.add_argument("--servers", default="dtlaunch,torch libuv,torch legacy",
+                    help="which of the load's servers run (legacy takes minutes from 16K clients on)")
     a = ap.parse_args()
     only = set(a.only.split(","))
     ok = True
@@ -169,7 +172,9 @@ def main():
         print("| clients | connects in flight | server | run | connected (s) | all added (s) | total (s) "
               "| server CPU (s) | memory per client (KiB) | load average |")
         print("|---|---|---|---|---|---|---|---|---|---|")
-        kinds = ("dtlaunch", "torch libuv", "torch legacy")
+        kinds = tuple(a.servers.split(","))
+        if not {"dtlaunch", "torch libuv"} <= set(kinds) or not set(kinds) <= {"dtlaunch", "torch libuv", "torch legacy"}:
+            ap.error("--servers: dtlaunch and torch libuv, and torch legacy if wanted")
         for n, in_flight in [(n, f) for n in map(int, a.clients.split(",")) for f in map(int, a.in_flight.split(","))]:
             totals = {kind: [] for kind in kinds}
             for run in range(1, a.load_repeat + 1):  # interleaved, so that a change of load falls on all

@@ -195,3 +195,24 @@ TEST_CASE("append grows a value in place, never past max_value; multi_get's repl
   auto three = req(Op::multi_get, {"k", "k", "k"});
   CHECK(s.handle(1, three, out) == "multi_get's reply would be 48 bytes, over 40");
 }
+
+TEST_CASE("100K waiters on one key: hanging up in any order leaves nothing, and the rest keep their order") {
+  // A barrier key of a 100K-rank job whose workers die before it is set: each hang-up takes its
+  // wait out of the key's waiters (a list made this quadratic).
+  StoreState s;
+  constexpr ClientId kClients = 100000;
+  for (ClientId c = 1; c <= kClients; ++c) run(s, c, req(Op::wait, {"barrier"}));
+  CHECK(s.waits() == kClients);
+  for (ClientId c = 1; c <= kClients; c += 2) s.forget(c);  // every odd one, oldest first
+  for (ClientId c = kClients; c > 6; c -= 2) s.forget(c);   // the even ones but 2, 4, 6, newest first
+  CHECK(s.waits() == 3);
+  CHECK(s.awaited_keys() == 1);
+  // A queue's push wakes the oldest waiter left.
+  CHECK(run(s, 1, req(Op::queue_push, {"barrier"}, {"a"})) == Replies{{2, kStop}});
+  CHECK(run(s, 1, req(Op::set, {"barrier"}, {"v"})) == Replies{{4, kStop}, {6, kStop}});
+  for (ClientId c = 1; c <= kClients; ++c) run(s, c, req(Op::wait, {"again"}));
+  for (ClientId c = 1; c <= kClients; ++c) s.forget(c);
+  CHECK(s.waits() == 0);
+  CHECK(s.awaited_keys() == 0);
+  CHECK(s.wait_bytes() == 0);
+}
