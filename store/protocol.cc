@@ -8,8 +8,9 @@ namespace {
 
 constexpr const char* kOpNames[] = {"validate", "set",       "compare_set", "get",        "add",      "check",
                                     "wait",     "num_keys",  "delete_key",  "append",     "multi_get", "multi_set",
-                                    "cancel_wait", "ping",   "queue_push",  "queue_pop",  "queue_len"};
-static_assert(std::size(kOpNames) == static_cast<size_t>(Op::queue_len) + 1);
+                                    "cancel_wait", "ping",   "queue_push",  "queue_pop",  "queue_len",
+                                    "list_keys", "barrier"};
+static_assert(std::size(kOpNames) == static_cast<size_t>(Op::barrier) + 1);
 
 // torch 1.13's QueryType: SET, COMPARE_SET, GET, ADD, CHECK, WAIT, GETNUMKEYS, WATCH_KEY, DELETE_KEY.
 constexpr Op kV1[] = {Op::set, Op::compare_set, Op::get, Op::add, Op::check, Op::wait, Op::num_keys};
@@ -23,10 +24,10 @@ const char* fields(Op op) {
     case Op::set: case Op::append: case Op::queue_push: return "kv";
     case Op::compare_set: return "kvv";
     case Op::get: case Op::delete_key: case Op::queue_pop: case Op::queue_len: return "k";
-    case Op::add: return "ki";
+    case Op::add: case Op::barrier: return "ki";
     case Op::check: case Op::wait: case Op::multi_get: return "c";
     case Op::multi_set: return "C";
-    case Op::num_keys: case Op::cancel_wait: return "";
+    case Op::num_keys: case Op::cancel_wait: case Op::list_keys: return "";
   }
   return "";
 }
@@ -43,7 +44,7 @@ const char* op_name(Op op) { return kOpNames[static_cast<size_t>(op)]; }
 
 std::optional<Op> op_for(Dialect d, uint8_t code) {
   if (d == Dialect::v2) {
-    if (code <= static_cast<uint8_t>(Op::queue_len)) return static_cast<Op>(code);
+    if (code <= static_cast<uint8_t>(Op::barrier)) return static_cast<Op>(code);
     return std::nullopt;
   }
   if (code < std::size(kV1)) return kV1[code];

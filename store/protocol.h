@@ -18,14 +18,14 @@ inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;
 /// The operations, by meaning; their codes differ by dialect (wire_code/op_for).
 enum class Op : uint8_t {
   validate, set, compare_set, get, add, check, wait, num_keys, delete_key, append, multi_get, multi_set,
-  cancel_wait, ping, queue_push, queue_pop, queue_len,
+  cancel_wait, ping, queue_push, queue_pop, queue_len, list_keys, barrier,
 };
 const char* op_name(Op op);
 
 enum class Dialect : uint8_t {
   unknown,  ///< nothing decided yet: the first message says
   v1,       ///< torch 1.x: SET=0 ... DELETE_KEY=8 (7 is WATCH_KEY, which dtlaunch refuses)
-  v2,       ///< torch 2.x: VALIDATE=0, SET=1 ... QUEUE_LEN=16
+  v2,       ///< torch 2.x: VALIDATE=0, SET=1 ... QUEUE_LEN=16, LIST_KEYS=17, BARRIER=18
 };
 
 /// The op a code means in `d` (v1 or v2), or nullopt.
@@ -39,7 +39,7 @@ struct Request {
   Op op = Op::get;
   std::vector<std::string> keys;    ///< in wire order
   std::vector<std::string> values;  ///< set/append/queue_push: 1; compare_set: expected, desired; multi_set: one per key
-  int64_t number = 0;               ///< add: the delta; validate/ping: the magic or nonce
+  int64_t number = 0;               ///< add: the delta; barrier: the world size; validate/ping: the magic or nonce
   bool operator==(const Request&) const = default;
 };
 

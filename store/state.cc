@@ -20,6 +20,16 @@ std::string i64(int64_t v) {
 /// and the set's node around it, about 96 bytes more).
 uint64_t wait_cost(const std::string& key) { return 2 * key.size() + 96; }
 
+/// A counter's value (add's, barrier's): the decimal text torch's servers keep.
+std::optional<std::string> counted(const std::string& op, const std::string& key, const std::string& text,
+                                   int64_t delta, int64_t& value) {
+  int64_t old = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), old);
+  if (ec != std::errc() || end != text.data() + text.size()) return op + " on key '" + key + "', which holds no integer";
+  if (__builtin_add_overflow(old, delta, &value)) return op + " on key '" + key + "' overflows";
+  return std::nullopt;
+}
+
 std::string full(uint64_t max_bytes) {
   return "the store is full (" + std::to_string(max_bytes) + " bytes of keys and values)";
 }
@@ -163,11 +173,7 @@ std::optional<std::string> StoreState::handle(ClientId from, Request& r, std::ve
       const std::string& key = r.keys[0];
       int64_t value = r.number;
       if (auto it = kv_.find(key); it != kv_.end()) {
-        int64_t old = 0;
-        const auto& text = it->second;
-        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), old);
-        if (ec != std::errc() || end != text.data() + text.size()) return "add on key '" + key + "', which holds no integer";
-        if (__builtin_add_overflow(old, r.number, &value)) return "add on key '" + key + "' overflows";
+        if (auto err = counted("add", key, it->second, r.number, value)) return err;
       }
       if (auto err = put(key, std::to_string(value))) return err;
       reply(i64(value));
@@ -200,18 +206,35 @@ std::optional<std::string> StoreState::handle(ClientId from, Request& r, std::ve
         reply(byte(kStopWaiting));
         return std::nullopt;
       }
-      auto& mine = by_client_[from];
-      if (mine.size() >= limits_.max_waits_per_client) {
-        return "more than " + std::to_string(limits_.max_waits_per_client) + " waits pending on one connection";
+      return enqueue_wait(from, std::move(missing), cost);
+    }
+    case Op::barrier: {
+      // As torch's libuv server: the key counts the arrivals (text, as add's); the one that reaches
+      // the world size wakes every wait on the key and is answered at once, the others wait on it.
+      // Arrivals before that wake nobody, though they set the key.
+      const std::string& key = r.keys[0];
+      int64_t count = 1;
+      if (auto it = kv_.find(key); it != kv_.end()) {
+        if (auto err = counted("barrier", key, it->second, 1, count)) return err;
       }
-      if (wait_bytes_ + cost > limits_.max_wait_bytes) {
-        return "pending waits would hold over " + std::to_string(limits_.max_wait_bytes) + " bytes of keys";
+      if (auto err = put(key, std::to_string(count))) return err;
+      if (count < r.number) return enqueue_wait(from, {key}, wait_cost(key));
+      wake(key, out);
+      reply(byte(kStopWaiting));
+      return std::nullopt;
+    }
+    case Op::list_keys: {
+      // torch's reply: the number of keys, then each (its client keeps those under its prefix).
+      uint64_t size = 8;
+      for (const auto& [key, value] : kv_) size += 8 + key.size();
+      if (size > limits_.max_reply) {
+        return "list_keys's reply would be " + std::to_string(size) + " bytes, over " + std::to_string(limits_.max_reply);
       }
-      wait_bytes_ += cost;
-      const uint64_t id = next_wait_++;
-      mine.push_back(id);
-      for (const auto& key : missing) waiting_[key].insert(waiting_[key].end(), id);
-      waits_.emplace(id, Wait{from, missing.size(), std::move(missing), cost});
+      std::string s;
+      s.reserve(size);
+      put_i64(s, static_cast<int64_t>(kv_.size()));
+      for (const auto& [key, value] : kv_) put_bytes(s, key);
+      reply(std::move(s));
       return std::nullopt;
     }
     case Op::cancel_wait:
@@ -282,11 +305,31 @@ std::optional<std::string> StoreState::handle(ClientId from, Request& r, std::ve
   return "unhandled request";
 }
 
+std::optional<std::string> StoreState::enqueue_wait(ClientId from, std::vector<std::string> keys, uint64_t cost) {
+  auto& mine = by_client_[from];
+  if (mine.size() >= limits_.max_waits_per_client) {
+    return "more than " + std::to_string(limits_.max_waits_per_client) + " waits pending on one connection";
+  }
+  if (wait_bytes_ + cost > limits_.max_wait_bytes) {
+    return "pending waits would hold over " + std::to_string(limits_.max_wait_bytes) + " bytes of keys";
+  }
+  wait_bytes_ += cost;
+  const uint64_t id = next_wait_++;
+  mine.push_back(id);
+  for (const auto& key : keys) {
+    auto& list = waiting_[key];
+    list.insert(list.end(), id);
+  }
+  waits_.emplace(id, Wait{from, keys.size(), std::move(keys), cost});
+  return std::nullopt;
+}
+
 void StoreState::forget(ClientId c) {
   auto mine = by_client_.find(c);
   if (mine == by_client_.end()) return;
   const auto ids = mine->second;
   for (uint64_t id : ids) drop_wait(id, nullptr);
+  by_client_.erase(c);  // also when it held none: a wait refused for a cap leaves the entry empty
 }
 
 void StoreState::clear() {

@@ -67,6 +67,8 @@ class StoreState {
   std::optional<std::string> put(const std::string& key, std::string value);
   void wake(const std::string& key, std::vector<Outgoing>& out, bool just_one = false);
   void drop_wait(uint64_t id, const std::string* except_key);
+  /// Registers a wait of `from` on `keys` (none set yet, no repeats), charged `cost`; an error drops `from`.
+  std::optional<std::string> enqueue_wait(ClientId from, std::vector<std::string> keys, uint64_t cost);
 
   StateLimits limits_;
   std::unordered_map<std::string, std::string> kv_;

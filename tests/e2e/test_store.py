@@ -51,6 +51,12 @@ if hasattr(s, "append"):
     s.multi_set(["m1", "m2"], ["1", "2"]); assert s.multi_get(["m1", "m2"]) == [b"1", b"2"]
 if hasattr(s, "queue_push"):
     s.queue_push("q", "x"); assert s.queue_len("q") == 1; assert s.queue_pop("q") == b"x"
+if hasattr(s, "list_keys"):  # 2.15: LIST_KEYS, the client keeps its prefix's keys
+    keys = s.list_keys(); assert {"k", "c", "a", "m1", "later"} <= set(keys), keys
+if hasattr(s, "barrier"):  # 2.15: BARRIER, the last of world_size arrivals releases the others
+    t = threading.Thread(target=lambda: store().barrier("bar", 2)); t.start()
+    time.sleep(0.2); assert t.is_alive(), "a barrier of 2 returned with 1 arrival"
+    s.barrier("bar", 2); t.join(10); assert not t.is_alive(), "the barrier's first arrival was not released"
 print("ALL OK", torch.__version__)
 """
 
@@ -73,9 +79,19 @@ dist.destroy_process_group()
 """
 
 
+# torch's own server, in the python under test: the oracle for OPS_SCRIPT's expectations.
+TORCH_SERVER = r"""
+import datetime, sys, torch.distributed as dist
+s = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=60), wait_for_workers=False)
+print("port", s.port, flush=True)
+sys.stdin.read()
+"""
+
+
 class StoreServer:
-    def __init__(self):
-        self.proc = subprocess.Popen([STORE_SERVER, "127.0.0.1", "0"], stdout=subprocess.PIPE, text=True)
+    def __init__(self, torch_python=None):
+        argv = [torch_python, "-c", TORCH_SERVER] if torch_python else [STORE_SERVER, "127.0.0.1", "0"]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         assert line.startswith("port "), line
         self.port = int(line.split()[1])
@@ -84,6 +100,7 @@ class StoreServer:
         self.proc.terminate()
         self.proc.wait(timeout=10)
         self.proc.stdout.close()
+        self.proc.stdin.close()
 
 
 def run_ranks(python, script, port, world, timeout=120):
@@ -111,9 +128,16 @@ class TorchClients(unittest.TestCase):
         self.server.stop()
 
     def test_every_store_operation_answers_as_torch_expects(self):
+        self.run_every_operation(torch_server=False)
+
+    def test_torchs_own_server_answers_the_same_script(self):
+        """The oracle: what OPS_SCRIPT expects is what torch's own TCPStore server answers."""
+        self.run_every_operation(torch_server=True)
+
+    def run_every_operation(self, torch_server):
         for label, python in PYTHONS:
             with self.subTest(label):
-                server = StoreServer()  # counters start afresh
+                server = StoreServer(python if torch_server else None)  # counters start afresh
                 try:
                     r = subprocess.run([python, "-c", OPS_SCRIPT, "127.0.0.1", str(server.port)],
                                        capture_output=True, text=True, timeout=60)

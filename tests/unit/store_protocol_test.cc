@@ -119,7 +119,7 @@ TEST_CASE("unknown codes, watch_key and a wrong magic are errors") {
     auto err = dec.feed(bytes.data(), bytes.size(), out);
     return err ? err->what : std::string();
   };
-  CHECK(fails("00cef7853c" "11") == "unknown query type 17");
+  CHECK(fails("00cef7853c" "13") == "unknown query type 19");
   CHECK(fails("07") == "watch_key (torch 1.x) is not supported");
   CHECK(fails("09") == "unknown query type 9");
   CHECK(fails("00cef7853c" "00aabbccdd") == "wrong validation magic number");
@@ -147,4 +147,16 @@ TEST_CASE("the first five bytes tell a store client from a rendezvous frame") {
   CHECK(v("0002000000") == Verdict::store);  // 1.13's set of a two-byte key
   CHECK(v("0000002c0101") == Verdict::other); // a rendezvous hello: length, version 1, type 1
   CHECK(v("0000ffff01") == Verdict::other);
+}
+
+TEST_CASE("torch 2.15's list_keys and barrier: codes 17 and 18, as its client sends them") {
+  // Captured through a proxy in front of torch 2.15's own server: store.list_keys(), then
+  // store.barrier("bk", 1).
+  for (size_t piece : {size_t{0}, size_t{1}}) {
+    RequestDecoder dec;
+    auto reqs = decode_all(dec, unhex(std::string("00cef7853c") + "11" + "1203000000000000002f626b0100000000000000"), piece);
+    REQUIRE(reqs.size() == 3);
+    CHECK(reqs[1] == Request{Op::list_keys, {}, {}, 0});
+    CHECK(reqs[2] == Request{Op::barrier, {"/bk"}, {}, 1});
+  }
 }

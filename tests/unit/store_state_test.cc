@@ -216,3 +216,39 @@ TEST_CASE("100K waiters on one key: hanging up in any order leaves nothing, and 
   CHECK(s.awaited_keys() == 0);
   CHECK(s.wait_bytes() == 0);
 }
+
+TEST_CASE("barrier: arrivals count on the key, the last one releases all; list_keys names every key") {
+  // torch's libuv server's rules: the count is the key's value; arrivals before the last wake
+  // nobody, not even a plain wait on the key; the last is answered at once.
+  StoreState s;
+  run(s, 9, req(Op::wait, {"b"}));  // before any arrival: the key is missing
+  CHECK(run(s, 1, req(Op::barrier, {"b"}, {}, 3)).empty());
+  CHECK(run(s, 2, req(Op::barrier, {"b"}, {}, 3)).empty());
+  CHECK(run(s, 1, req(Op::get, {"b"})) == Replies{{1, bytes("2")}});  // its own connection: answered
+  CHECK(run(s, 3, req(Op::barrier, {"b"}, {}, 3)) == Replies{{9, kStop}, {1, kStop}, {2, kStop}, {3, kStop}});
+  CHECK(s.waits() == 0);
+  // Past the world size (the same key again) nobody waits.
+  CHECK(run(s, 4, req(Op::barrier, {"b"}, {}, 3)) == Replies{{4, kStop}});
+  CHECK(run(s, 4, req(Op::barrier, {"one"}, {}, 1)) == Replies{{4, kStop}});
+  // A client that hangs up leaves the barrier; the count stays, as torch's does.
+  CHECK(run(s, 5, req(Op::barrier, {"c"}, {}, 2)).empty());
+  s.forget(5);
+  CHECK(s.waits() == 0);
+  CHECK(run(s, 6, req(Op::barrier, {"c"}, {}, 2)) == Replies{{6, kStop}});
+
+  std::vector<Outgoing> out;
+  auto on_text = req(Op::barrier, {"t"}, {}, 2);
+  run(s, 1, req(Op::set, {"t"}, {"x"}));
+  CHECK(s.handle(7, on_text, out) == "barrier on key 't', which holds no integer");
+
+  auto listed = run(s, 1, req(Op::list_keys));
+  REQUIRE(listed.size() == 1);
+  std::string want = i64(4);
+  for (const char* k : {"b", "one", "c", "t"}) CHECK(listed[0].second.find(bytes(k)) != std::string::npos);
+  CHECK(listed[0].second.substr(0, 8) == want);
+  CHECK(listed[0].second.size() == 8 + (8 + 1) + (8 + 3) + (8 + 1) + (8 + 1));
+  StoreState small({.max_reply = 20});
+  run(small, 1, req(Op::set, {"long key"}, {"v"}));
+  auto list = req(Op::list_keys);
+  CHECK(small.handle(1, list, out) == "list_keys's reply would be 24 bytes, over 20");
+}
