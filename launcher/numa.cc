@@ -27,13 +27,6 @@ std::string strip(std::string_view s) {
   return std::string(s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1));
 }
 
-std::optional<long> parse_long(std::string_view s) {
-  long v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 CpuSet intersect(const CpuSet& a, const CpuSet& b) {
   CpuSet out;
   std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
@@ -51,7 +44,7 @@ class Topology {
     return strip(*text);
   }
   long number(const std::string& path) const {
-    auto v = parse_long(file(path));
+    auto v = text::to_long(file(path));
     if (!v) throw Missing{path + ": expected a number"};
     return *v;
   }
@@ -195,8 +188,8 @@ std::optional<CpuSet> parse_cpu_list(std::string_view text) {
   if (trimmed.empty()) return cpus;
   for (const auto& part : text::split(trimmed, ',')) {
     const auto dash = part.find('-');
-    auto first = parse_long(text::trim(part.substr(0, dash)));
-    auto last = dash == std::string::npos ? first : parse_long(text::trim(part.substr(dash + 1)));
+    auto first = text::to_long(text::trim(part.substr(0, dash)));
+    auto last = dash == std::string::npos ? first : text::to_long(text::trim(part.substr(dash + 1)));
     if (!first || !last || *first < 0 || *last < *first || *last > 1 << 20) return std::nullopt;
     for (long c = *first; c <= *last; ++c) cpus.push_back(static_cast<int>(c));
   }

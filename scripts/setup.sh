@@ -14,6 +14,7 @@ packages=(
   openssh-server pdsh   # sshd in namespaces for the ssh fan-out (test_sshnet.py), pdsh for its benchmark
   slurm-wlm slurm-client munge   # a real Slurm in namespaces (test_slurm.py), scontrol (test_hostlist.py)
   openmpi-bin   # mpirun starting dtlaunch (test_mpirun.py)
+  zsh   # the zsh completion's syntax check and completion test (test_completion.py)
   dpkg-dev python3-venv   # the .deb's Depends (dpkg-shlibdeps) and the pip wheel's build (scripts/package.sh)
 )
 
