@@ -11,7 +11,8 @@ void share_port_with_store(rendezvous::ServerOptions& server, store::Server& sto
       },
       [&store](boost::asio::ip::tcp::socket sock, std::vector<uint8_t> first) {
         store.adopt(std::move(sock), std::move(first));
-      }};
+      },
+      store.options().max_connections, store.options().max_per_address};
   server.on_round = [&store] { store.reset(); };
 }
 

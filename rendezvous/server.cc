@@ -53,6 +53,17 @@ uint64_t fd_limit() {
   return files.rlim_cur;
 }
 
+/// The caps on connections that have not proven the token: the given ones or the descriptor
+/// limit's share, and with a shared port at least as many as the other protocol takes from anyone.
+AdmissionLimits limits(const ServerOptions& o) {
+  auto l = o.admission ? *o.admission : admission_limits(fd_limit());
+  if (o.shared_port) {
+    l.total = std::max(l.total, o.shared_port->connections);
+    l.per_source = std::max(l.per_source, o.shared_port->per_address);
+  }
+  return l;
+}
+
 }  // namespace
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
@@ -61,7 +72,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         opts(std::move(o)),
         acceptor(io),
         round(opts.round, Clock::now()),
-        admission(opts.admission ? *opts.admission : admission_limits(fd_limit())),
+        admission(limits(opts)),
         peer_log(opts.peer_log_interval),
         round_timer(io),
         sweep_timer(io),

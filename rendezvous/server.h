@@ -41,6 +41,12 @@ struct ServerOptions {
   struct SharedPort {
     std::function<std::optional<bool>(const uint8_t* data, size_t size)> claims;
     std::function<void(boost::asio::ip::tcp::socket, std::vector<uint8_t>)> take;
+    /// How many connections the other protocol keeps from anyone, in all and from one address (the
+    /// store has no authentication). Connections not yet told apart may be as many: a job's workers
+    /// connect to the store all at once, and past the rendezvous's own caps (1024) they were shed
+    /// as peers that had not proven the token (2363 of 4000 store clients, before this).
+    size_t connections = 0;
+    size_t per_address = 0;
   };
   std::optional<SharedPort> shared_port;
   /// Called as a round completes, before any node hears of it: a new worker group is to start.

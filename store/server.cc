@@ -298,6 +298,7 @@ void Server::close() {
 
 int Server::port() const { return impl_->accepting ? impl_->accepting->port() : 0; }
 size_t Server::connections() const { return impl_->conns.size(); }
+const ServerOptions& Server::options() const { return impl_->opts; }
 const StoreState& Server::state() const { return impl_->state; }
 const ServerStats& Server::stats() const { return impl_->stats; }
 

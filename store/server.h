@@ -62,6 +62,7 @@ class Server {
   void close();
 
   int port() const;  ///< of serve()'s acceptor; 0 before
+  const ServerOptions& options() const;  ///< as given, with the caps of 0 worked out
   size_t connections() const;
   const StoreState& state() const;
   const ServerStats& stats() const;

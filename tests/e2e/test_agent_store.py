@@ -3,15 +3,19 @@ MASTER_PORT = --master_port (or the rendezvous port) and TORCHELASTIC_USE_AGENT_
 of real torch workers form through it on one node and across two agents sharing one port with the
 rendezvous, a restarted group forms again on the same store, and hostile clients on that port leave
 the job alone. Torch tests run with every torch found (common.torch_pythons); none: skipped."""
+import json
 import os
+import resource
 import socket
 import struct
+import subprocess
 import time
 import unittest
 
 from common import LaunchTest, free_port, main, parse_env, torch_pythons
 
 PYTHONS = torch_pythons()
+STORE_LOAD = os.environ.get("STORE_LOAD", os.path.join(os.path.dirname(__file__), "../../build/tests/store_load"))
 
 # A gloo rank through dtlaunch's environment: allreduce, barrier, monitored_barrier where torch has
 # it. With GO_FILE it waits for that file first; with FAIL_FIRST rank 1 fails the first attempt.
@@ -73,6 +77,33 @@ class AgentStoreEnvironment(LaunchTest):
 
 
 @unittest.skipUnless(PYTHONS, "no python with torch (Debian's python3-torch, or DTL_TORCH2_PYTHON)")
+class ManyStoreClientsOnTheRendezvousPort(LaunchTest):
+    """A job's workers connect to the store all at once, and on the rendezvous's port each is a peer
+    that has not proven the token until its first bytes say it is the store's: past the
+    rendezvous's own cap (1024), 2363 of 4000 were shed."""
+
+    CLIENTS = 3000
+
+    @unittest.skipUnless(os.path.exists(STORE_LOAD), "store_load is not built")
+    def test_three_thousand_store_clients_at_once_all_get_through(self):
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard != resource.RLIM_INFINITY and hard < 2 * self.CLIENTS + 512:
+            self.skipTest(f"the descriptor limit ({hard}) is below what {self.CLIENTS} store clients need on each side")
+        port = free_port()
+        server = self.start("rdzv-server", "--host=127.0.0.1", f"--port={port}", "--nnodes=2", "--rdzv_id=job")
+        server.wait_for("listening on 127.0.0.1", stream="err")
+        # 8 clients to a source address, 2048 connects in flight: each connects, validates as torch 2.x
+        # does, adds 1 to a counter and waits on a barrier key that the last one sets.
+        try:
+            r = subprocess.run([STORE_LOAD, "127.0.0.1", str(port), str(self.CLIENTS), "60", "2048", "8"],
+                               capture_output=True, text=True, timeout=120)
+        finally:
+            server.proc.terminate()
+            server.finish()
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual((got["released"], got["failed"]), (self.CLIENTS, 0), r.stdout + r.stderr)
+
+
 class AgentStoreWithTorch(LaunchTest):
     def script(self):
         path = os.path.join(self.tmp, "rank.py")
