@@ -9,9 +9,8 @@ void share_port_with_store(rendezvous::ServerOptions& server, store::Server& sto
         if (v == store::Verdict::need_more) return std::nullopt;
         return v == store::Verdict::store;
       },
-      [&store](boost::asio::ip::tcp::socket sock, std::vector<uint8_t> first) {
-        store.adopt(std::move(sock), std::move(first));
-      },
+      [&store](boost::asio::ip::tcp::socket sock, const boost::asio::ip::tcp::endpoint& peer,
+               std::vector<uint8_t> first) { store.adopt(std::move(sock), peer.address(), std::move(first)); },
       store.options().max_connections, store.options().max_per_address};
   server.on_round = [&store] { store.reset(); };
 }

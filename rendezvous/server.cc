@@ -39,6 +39,7 @@ struct Conn {
   std::optional<Bytes> first;  ///< with a shared port: the bytes read until they say whose they are
   std::deque<Bytes> out;
   bool writing = false;
+  tcp::endpoint remote;
   std::string peer;    ///< its address, for the log
   std::string source;  ///< what the caps count it under
   Clock::time_point last_heard, last_sent;
@@ -180,6 +181,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     }
     sock.set_option(tcp::no_delay(true), ec);
     auto c = std::make_shared<Conn>(std::move(sock), id);
+    c->remote = remote;
     c->peer = remote.address().to_string();
     c->source = source;
     c->last_heard = c->last_sent = now;
@@ -297,7 +299,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     c->closing = true;
     conns.erase(c->id);
     admission.leave(c->id);
-    opts.shared_port->take(std::move(c->sock), std::move(*c->first));
+    opts.shared_port->take(std::move(c->sock), c->remote, std::move(*c->first));
   }
 
   /// Stop talking to a peer: what it was in the round is lost. `how` says, for one that had not

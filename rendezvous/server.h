@@ -37,10 +37,12 @@ struct ServerOptions {
   std::chrono::milliseconds accept_backoff{100};
   /// Another protocol on this port (the workers' c10d store): `claims` looks at a connection's first
   /// bytes and says whether they are the other protocol's (nullopt: it needs more); such a
-  /// connection goes to `take` with the bytes read so far, and the rendezvous forgets it.
+  /// connection goes to `take` with its peer and the bytes read so far, and the rendezvous forgets it.
   struct SharedPort {
     std::function<std::optional<bool>(const uint8_t* data, size_t size)> claims;
-    std::function<void(boost::asio::ip::tcp::socket, std::vector<uint8_t>)> take;
+    std::function<void(boost::asio::ip::tcp::socket, const boost::asio::ip::tcp::endpoint& peer,
+                       std::vector<uint8_t> first_bytes)>
+        take;
     /// How many connections the other protocol keeps from anyone, in all and from one address (the
     /// store has no authentication). Connections not yet told apart may be as many: a job's workers
     /// connect to the store all at once, and past the rendezvous's own caps (1024) they were shed

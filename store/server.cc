@@ -275,12 +275,9 @@ Server::~Server() { close(); }
 
 void Server::serve(tcp::acceptor acceptor) { impl_->serve(std::move(acceptor)); }
 
-void Server::adopt(tcp::socket socket, std::vector<uint8_t> first_bytes) {
+void Server::adopt(tcp::socket socket, const asio::ip::address& peer, std::vector<uint8_t> first_bytes) {
   if (impl_->stopped) return;
-  boost::system::error_code ec;
-  auto peer = socket.remote_endpoint(ec);
-  if (ec) return;  // gone already; the socket closes as it goes
-  impl_->add(std::move(socket), peer.address(), first_bytes);
+  impl_->add(std::move(socket), peer, first_bytes);
 }
 
 void Server::reset() {

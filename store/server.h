@@ -53,8 +53,9 @@ class Server {
   ~Server();
   /// Accepts clients on `acceptor` (listening already) until close().
   void serve(boost::asio::ip::tcp::acceptor acceptor);
-  /// A client accepted elsewhere, with the bytes already read from it.
-  void adopt(boost::asio::ip::tcp::socket socket, std::vector<uint8_t> first_bytes);
+  /// A client accepted elsewhere (from `peer`), with the bytes already read from it.
+  void adopt(boost::asio::ip::tcp::socket socket, const boost::asio::ip::address& peer,
+             std::vector<uint8_t> first_bytes);
   /// A new worker group: keys, queues and waits go, and the old group's connections are closed, so
   /// a wait still pending fails in its client instead of being answered by the new group's keys.
   void reset();

@@ -33,9 +33,11 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -91,7 +93,27 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def start_server(kind, prefix):
+    if kind == "dtlaunch rdzv port":
+        # The store as a c10d job's workers reach it: on the rendezvous's port, each connection
+        # told apart by its first bytes and handed over (what an agent hosting c10d serves).
+        port = free_port()
+        p = subprocess.Popen(prefix + [DTLAUNCH, "rdzv-server", "--host=127.0.0.1", f"--port={port}", "--nnodes=2"],
+                             stderr=subprocess.PIPE, text=True)
+        lines = []
+        while not lines or ("listening on" not in lines[-1] and lines[-1] and len(lines) < 20):
+            lines.append(p.stderr.readline())
+        if "listening on" not in lines[-1]:
+            p.kill()
+            raise RuntimeError(f"{kind} did not start: {''.join(lines)!r}")
+        threading.Thread(target=p.stderr.read, daemon=True).start()  # its log must not fill the pipe
+        return p, port
     if kind == "dtlaunch":
         p = subprocess.Popen(prefix + [STORE_SERVER, "127.0.0.1", "0"], stdout=subprocess.PIPE, text=True)
     else:
@@ -159,7 +181,9 @@ def main():
                     help="where the servers' name lookups go: /etc/hosts alone, or as the machine is set up")
     ap.add_argument("--load_repeat", type=int, default=1, help="runs of each server at each N, interleaved")
     ap.add_argument("--servers", default="dtlaunch,torch libuv,torch legacy",
-                    help="which of the load's servers run (legacy takes minutes from 16K clients on)")
+                    help="which of the load's servers run (legacy takes minutes from 16K clients on); "
+                         "'dtlaunch rdzv port': the store behind `dtlaunch rdzv-server`'s port (c10d), "
+                         "which keeps half the descriptors for the rendezvous: at most 10 000 clients here")
     a = ap.parse_args()
     only = set(a.only.split(","))
     ok = True
@@ -173,8 +197,9 @@ def main():
               "| server CPU (s) | memory per client (KiB) | load average |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         kinds = tuple(a.servers.split(","))
-        if not {"dtlaunch", "torch libuv"} <= set(kinds) or not set(kinds) <= {"dtlaunch", "torch libuv", "torch legacy"}:
-            ap.error("--servers: dtlaunch and torch libuv, and torch legacy if wanted")
+        if not {"dtlaunch", "torch libuv"} <= set(kinds) or \
+                not set(kinds) <= {"dtlaunch", "torch libuv", "torch legacy", "dtlaunch rdzv port"}:
+            ap.error("--servers: dtlaunch and torch libuv, and torch legacy or dtlaunch rdzv port if wanted")
         for n, in_flight in [(n, f) for n in map(int, a.clients.split(",")) for f in map(int, a.in_flight.split(","))]:
             totals = {kind: [] for kind in kinds}
             for run in range(1, a.load_repeat + 1):  # interleaved, so that a change of load falls on all
