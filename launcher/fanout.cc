@@ -243,6 +243,10 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
   if (o.fanout.ssh_port) ssh.insert(ssh.end(), {"-p", std::to_string(o.fanout.ssh_port)});
 
   Variables common = forwarded(in.environment);
+  if (o.deepspeed_variables) {  // deepspeed's multi-node runner: its working directory first, on every host
+    const auto inherited = lookup(in.environment, "PYTHONPATH");
+    common.emplace_back("PYTHONPATH", in.cwd + (inherited ? ":" + *inherited : ""));
+  }
   if (in.dtlaunch_env) {
     auto vars = dtlaunch_env(*in.dtlaunch_env, in.cwd + "/.dtlaunch_env");
     if (auto* e = std::get_if<Error>(&vars)) return *e;

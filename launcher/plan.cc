@@ -191,9 +191,13 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   if (auto why = plan_command(o, env, host, plan)) return *why;
 
   // GPUs and the number of workers.
+  // deepspeed's slots on a machine without GPUs (its CPU accelerator) are numbers that nothing checks.
+  const bool deepspeed_without_gpus = o.deepspeed_variables && host.gpus.gpus.empty();
   // accelerate's gpu_ids are physical ids: an inherited CUDA_VISIBLE_DEVICES does not narrow them.
-  auto selection = select_gpus(host.gpus.gpus, o.accelerate.physical_gpu_ids ? std::nullopt : env("CUDA_VISIBLE_DEVICES"),
-                               o.gpu_ids, o.source("gpu_ids").where);
+  auto selection = deepspeed_without_gpus
+                       ? GpuSelection{std::vector<std::string>{}}
+                       : select_gpus(host.gpus.gpus, o.accelerate.physical_gpu_ids ? std::nullopt : env("CUDA_VISIBLE_DEVICES"),
+                                     o.gpu_ids, o.source("gpu_ids").where);
   if (auto* why = std::get_if<std::string>(&selection)) return error(*why);
   const auto& gpus = std::get<std::vector<std::string>>(selection);
   const int ngpus = static_cast<int>(gpus.size());
@@ -227,12 +231,23 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
       }
     } else {
       // Fake GPUs are narrowed to themselves, except for accelerate, which names only its gpu_ids.
-      const bool narrowed = o.gpu_ids || (host.gpus.source == "fake" && !o.accelerate.launch);
-      for (auto& v : plan.cuda_visible_devices) v = narrowed ? std::optional<std::string>(text::join(gpus)) : std::nullopt;
+      // deepspeed's launch.py narrows to the node's slots: the first N GPUs (or the chosen ones).
+      const bool narrowed = o.deepspeed_variables || o.gpu_ids || (host.gpus.source == "fake" && !o.accelerate.launch);
+      const std::vector<std::string> seen(gpus.begin(), o.deepspeed_variables ? gpus.begin() + std::min(plan.nproc, ngpus) : gpus.end());
+      for (auto& v : plan.cuda_visible_devices) v = narrowed ? std::optional<std::string>(text::join(seen)) : std::nullopt;
       plan.notices.push_back(std::to_string(plan.nproc) + " workers on " + std::to_string(ngpus) + " " + how +
-                             "; gpu_visibility=all: every worker sees GPUs " + text::join(gpus) +
+                             "; gpu_visibility=all: every worker sees GPUs " + text::join(seen) +
                              " and picks cuda:LOCAL_RANK (torchrun's behaviour)");
     }
+  }
+  if (deepspeed_without_gpus && o.gpu_visibility == GpuVisibility::all) {
+    // deepspeed's launch.py sets its node's slots without GPUs too: 0..N-1, or the ones --include
+    // chose (here --gpu_ids, or the fan-out's PET_GPU_IDS).
+    std::vector<std::string> slots;
+    for (int i = 0; i < (o.gpu_ids ? static_cast<int>(o.gpu_ids->size()) : plan.nproc); ++i) {
+      slots.push_back(std::to_string(o.gpu_ids ? (*o.gpu_ids)[i] : i));
+    }
+    plan.cuda_visible_devices.assign(plan.nproc, text::join(slots));
   }
   if (o.virtual_local_rank && !use_gpus) {
     // torchrun's: worker N sees the Nth inherited CUDA_VISIBLE_DEVICES entry, else device N

@@ -37,12 +37,14 @@ EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::Env
       {"TORCHELASTIC_USE_AGENT_STORE", g.agent_store ? "True" : "False"},
       {"TORCHELASTIC_ERROR_FILE", slot.error_file},
   };
+  auto is_set = [&](const std::string& name) { return has(g.variables, name) || inherited(name).has_value(); };
   if (g.deepspeed_variables) {
     env.emplace_back("CROSS_RANK", std::to_string(g.group_rank));
     env.emplace_back("CROSS_SIZE", std::to_string(g.group_world_size));
     env.emplace_back("LOCAL_SIZE", std::to_string(g.local_world_size));
+    // deepspeed's launch.py imports deepspeed, whose __init__ setdefault()s this for its workers.
+    if (!is_set("PYTORCH_NVML_BASED_CUDA_CHECK")) env.emplace_back("PYTORCH_NVML_BASED_CUDA_CHECK", "1");
   }
-  auto is_set = [&](const std::string& name) { return has(g.variables, name) || inherited(name).has_value(); };
   if (!is_set("TORCH_NCCL_ASYNC_ERROR_HANDLING")) env.emplace_back("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (!is_set("OMP_NUM_THREADS")) env.emplace_back("OMP_NUM_THREADS", "1");
   if (slot.cuda_visible_devices) env.emplace_back("CUDA_VISIBLE_DEVICES", *slot.cuda_visible_devices);

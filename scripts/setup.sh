@@ -11,7 +11,7 @@ packages=(
   libopenblas0-pthread   # libtorch's CPU matrix products: Debian's default reference BLAS is ~20x slower
   libssl-dev   # HMAC for the authenticated rendezvous
   iproute2 procps nftables   # network namespaces, and their firewall (test_netns.py)
-  openssh-server pdsh   # sshd in namespaces for the ssh fan-out (test_sshnet.py), pdsh for its benchmark
+  openssh-server pdsh   # sshd in namespaces for the ssh fan-out (test_sshnet.py), pdsh for its benchmark and DeepSpeed's launcher (test_fanout_deepspeed.py)
   slurm-wlm slurm-client munge   # a real Slurm in namespaces (test_slurm.py), scontrol (test_hostlist.py)
   openmpi-bin   # mpirun starting dtlaunch (test_mpirun.py)
   zsh   # the zsh completion's syntax check and completion test (test_completion.py)

@@ -20,7 +20,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--local-rank", "--local_rank", type=int, default=-1)
 p.add_argument("--foo")
 a = p.parse_args()
-keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE")
+keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE", "CUDA_VISIBLE_DEVICES",
+        "PYTORCH_NVML_BASED_CUDA_CHECK")
 print("GOT " + json.dumps({"argv": sys.argv[1:], "local_rank": a.local_rank, "foo": a.foo,
                           "env": {k: os.environ.get(k) for k in keys}}, sort_keys=True), flush=True)
 """
@@ -97,8 +98,10 @@ class Conventions(LaunchTest):
     def test_deepspeed_gives_local_rank_and_its_variables(self):
         got = self.dtlaunch("deepspeed", "--num_gpus", "2", self.script, "--foo", "x", python="python3")
         self.assertEqual(got[1]["argv"], ["--local_rank=1", "--foo", "x"])
+        # deepspeed's launch.py shows its slots as CUDA_VISIBLE_DEVICES, GPUs or not (this machine has none)
         self.assertEqual(got[1]["env"], {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "CROSS_RANK": "0",
-                                         "CROSS_SIZE": "1", "LOCAL_SIZE": "2"})
+                                         "CROSS_SIZE": "1", "LOCAL_SIZE": "2", "CUDA_VISIBLE_DEVICES": "0,1",
+                                         "PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
         deepspeed = os.path.join(VENV, "bin", "deepspeed")
         if not os.access(deepspeed, os.X_OK):
             self.skipTest(f"no deepspeed at {deepspeed} for the side-by-side run")

@@ -139,6 +139,15 @@ TEST_CASE("fan-out plan: one ssh per host, settings and the token only in the va
   CHECK(v.count("HOME") == 0);
 }
 
+TEST_CASE("fan-out plan: after `deepspeed`, the working directory leads every host's PYTHONPATH, as deepspeed's runner") {
+  auto in = inputs();
+  CHECK(vars_of(plan(options({"--hostfile", "hf"}), in).nodes[1]).count("PYTHONPATH") == 0);
+  CHECK(vars_of(plan(options({"deepspeed", "--hostfile", "hf"}), in).nodes[1])["PYTHONPATH"] == "/work/it's here");
+  in.environment.push_back("PYTHONPATH=/lib/a:/lib/b");
+  CHECK(vars_of(plan(options({"deepspeed", "--hostfile", "hf"}), in).nodes[1])["PYTHONPATH"] == "/work/it's here:/lib/a:/lib/b");
+  CHECK(vars_of(plan(options({"--hostfile", "hf"}), in).nodes[1])["PYTHONPATH"] == "/lib/a:/lib/b");
+}
+
 TEST_CASE("fan-out plan: a first host written user@host is met at host") {
   auto p = plan(options({"--hostfile", "hf"}), inputs("root@a slots=2\nb slots=2\n"));
   CHECK(p.nodes[0].argv[p.nodes[0].argv.size() - 2] == "root@a");  // ssh logs in as written

@@ -82,6 +82,22 @@ TEST_CASE("per_worker visibility gives each worker its own GPU, all gives every 
   CHECK(cpu.notices.size() == 1);  // OMP only: no GPU line for a CPU job
 }
 
+TEST_CASE("deepspeed: every worker sees its node's slots, with GPUs or without, as deepspeed's launch.py") {
+  using Visible = std::vector<std::optional<std::string>>;
+  Fixture f;  // no GPU: deepspeed's CPU accelerator still sets the slots, and checks no index
+  CHECK(f.ok({"deepspeed", "--num_gpus", "2", "--no_python", "true"}).cuda_visible_devices == Visible{"0,1", "0,1"});
+  CHECK(f.ok({"deepspeed", "--gpu_ids", "1,3", "--num_gpus", "2", "--no_python", "true"}).cuda_visible_devices ==
+        Visible{"1,3", "1,3"});
+  CHECK(f.refused({"--gpu_ids", "1", "--no_python", "true"}).message.find("GPU 1 is not visible") != std::string::npos);
+  f.gpus = discover_gpus(4);  // the first N of the visible ones, as its --num_gpus
+  CHECK(f.ok({"deepspeed", "--num_gpus", "2", "--no_python", "true"}).cuda_visible_devices == Visible{"0,1", "0,1"});
+  f.env["CUDA_VISIBLE_DEVICES"] = "3,2,1";
+  CHECK(f.ok({"deepspeed", "--num_gpus", "2", "--no_python", "true"}).cuda_visible_devices == Visible{"3,2", "3,2"});
+  CHECK(f.ok({"deepspeed", "--gpu_ids", "2", "--no_python", "true"}).cuda_visible_devices == Visible{"1"});
+  CHECK(f.ok({"deepspeed", "--gpu_visibility", "per_worker", "--no_python", "true"}).cuda_visible_devices ==
+        Visible{"3", "2", "1"});
+}
+
 TEST_CASE("more workers than gpu_ids is refused") {
   Fixture f;
   f.gpus = discover_gpus(4);

@@ -52,6 +52,24 @@ TEST_CASE("OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING default only when
   CHECK(env2.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0);
 }
 
+TEST_CASE("deepspeed's launcher variables, PYTORCH_NVML_BASED_CUDA_CHECK as its import sets it") {
+  GroupEnv g;
+  g.local_world_size = 2;
+  g.group_rank = 1;
+  g.group_world_size = 3;
+  CHECK(as_map(worker_env(g, WorkerSlot{}, none())).count("CROSS_RANK") == 0);
+  g.deepspeed_variables = true;
+  auto env = as_map(worker_env(g, WorkerSlot{}, none()));
+  CHECK(env["CROSS_RANK"] == "1");
+  CHECK(env["CROSS_SIZE"] == "3");
+  CHECK(env["LOCAL_SIZE"] == "2");
+  CHECK(env["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1");
+  auto inherited = [](const std::string& k) {
+    return k == "PYTORCH_NVML_BASED_CUDA_CHECK" ? std::optional<std::string>("0") : std::nullopt;
+  };
+  CHECK(as_map(worker_env(g, WorkerSlot{}, inherited)).count("PYTORCH_NVML_BASED_CUDA_CHECK") == 0);  // setdefault
+}
+
 TEST_CASE("the overlay replaces inherited values and keeps the rest") {
   char a[] = "PATH=/bin", b[] = "RANK=99", c[] = "WEIRD";
   char* inherited[] = {a, b, c, nullptr};

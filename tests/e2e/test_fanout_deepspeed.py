@@ -1,0 +1,183 @@
+"""`dtlaunch deepspeed --hostfile` against the real `deepspeed --hostfile --launcher pdsh` (DeepSpeed
+0.19 over pdsh and OpenSSH), on the same sshd servers in three network namespaces (sshnet.py), launched
+from a fourth: what each worker gets, variable by variable, must be the same, for every slot of the
+hostfile, an --include, an --exclude and --num_nodes/--num_gpus.
+
+The differences left, on purpose:
+- dtlaunch gives torchrun's contract besides (GROUP_RANK, LOCAL_WORLD_SIZE, TORCHELASTIC_*,
+  OMP_NUM_THREADS=1, ...): variables deepspeed's workers do not get at all.
+- deepspeed's launch.py computes LOCAL_RANK as RANK % LOCAL_SIZE, which is not the worker's place on
+  its node when an earlier node has a count of workers that is not a multiple of this node's (an
+  --include leaving 1 slot on the first host and 2 on the second gives the second host's workers
+  local ranks 1, 0): dtlaunch gives the place (0, 1), as torchrun. Both use each slot once.
+
+Needs root, iproute2, openssh-server, pdsh, and deepspeed in accelerate's venv ($DTL_ACCELERATE_VENV,
+else ~/.cache/dtlaunch/venv-accelerate; scripts/parity/make_venv.sh makes it); skipped with the
+reason otherwise."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import unittest
+from concurrent.futures import ThreadPoolExecutor
+
+from common import DTLAUNCH, main
+from netns import NetworkError
+from sshnet import SshCluster, why_no_sshd
+
+DTL = os.path.realpath(DTLAUNCH)
+VENV = os.environ.get("DTL_ACCELERATE_VENV", os.path.expanduser("~/.cache/dtlaunch/venv-accelerate"))
+DEEPSPEED = os.path.join(VENV, "bin", "deepspeed")
+VENV_PYTHON = os.path.join(VENV, "bin", "python")
+PYTHONPATH = "/nonexistent/dtl-test-lib"  # the launching side's, which deepspeed puts after its cwd
+
+# What each worker got, in one write (deepspeed runs it under `python -u`, where print() writes the
+# line and its newline apart, and two workers' lines could mix in pdsh's output).
+WORKER = """
+import json, os, sys
+keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "MASTER_ADDR",
+        "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "PYTHONPATH", "PYTORCH_NVML_BASED_CUDA_CHECK")
+got = {"argv": sys.argv[1:], "cwd": os.getcwd(), "names": sorted(os.environ),
+       "env": {k: os.environ.get(k) for k in keys}}
+sys.stdout.write("GOT " + json.dumps(got, sort_keys=True) + "\\n")
+sys.stdout.flush()
+"""
+
+
+# Each case's deepspeed arguments, {i} standing for the i-th host.
+CASES = {"every_slot": [], "include": ["--include", "{0}:1@{1}"], "exclude": ["--exclude", "{1}@{2}:0"],
+         "num_nodes_gpus": ["--num_nodes", "2", "--num_gpus", "1"]}
+
+
+def why_not():
+    reason = why_no_sshd()
+    if reason:
+        return reason
+    if not shutil.which("pdsh"):
+        return "pdsh is not installed (scripts/setup.sh installs it): deepspeed's default launcher"
+    if not os.access(DEEPSPEED, os.X_OK):
+        return f"no deepspeed at {DEEPSPEED} ($DTL_ACCELERATE_VENV; scripts/parity/make_venv.sh makes the venv)"
+    return None
+
+
+@unittest.skipIf(why_not(), why_not())
+class DeepspeedFanout(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        try:
+            cls.c = SshCluster(3, name="d").start()
+        except (NetworkError, RuntimeError, subprocess.TimeoutExpired) as e:
+            raise unittest.SkipTest(f"cannot build the test network with sshd: {e}")
+        cls.dir = tempfile.mkdtemp(prefix="dtl-dsfanout-")
+        cls.worker = os.path.join(cls.dir, "worker.py")
+        with open(cls.worker, "w") as f:
+            f.write(WORKER)
+        # deepspeed's runner and pdsh run plain `ssh`: one on PATH with the cluster's client config
+        cls.bin = os.path.join(cls.dir, "bin")
+        os.mkdir(cls.bin)
+        with open(os.path.join(cls.bin, "ssh"), "w") as f:
+            f.write(f"#!/bin/sh\nexec {shutil.which('ssh')} -F {cls.c.config} \"$@\"\n")
+        os.chmod(os.path.join(cls.bin, "ssh"), 0o755)
+        cls.hostfile = cls.c.hostfile(slots=2)
+        # deepspeed's runs, all at once: each imports torch on the launcher and on every host
+        # (about 15 s apiece on 2 cores), so one after the other they would take a minute
+        with ThreadPoolExecutor(len(CASES)) as pool:
+            cls.real = dict(zip(CASES, pool.map(cls.run_deepspeed, CASES.values())))
+
+    @classmethod
+    def run_deepspeed(cls, args):
+        argv = [DEEPSPEED, "--hostfile", cls.hostfile, "--launcher", "pdsh", *[a.format(*cls.c.hosts) for a in args],
+                cls.worker, "--x", "1"]
+        return subprocess.run(cls.c.launcher_argv(argv), capture_output=True, text=True, timeout=80, env=cls.env(),
+                              cwd=cls.dir, stdin=subprocess.DEVNULL)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def tearDown(self):
+        left = self.c.wait_clean(timeout=10)
+        self.c.kill_leftovers()
+        self.assertEqual(left, {}, "processes left on the hosts")
+
+    @classmethod
+    def env(cls, **extra):
+        return {"PATH": f"{cls.bin}:{os.path.dirname(VENV_PYTHON)}:/usr/sbin:/usr/bin:/sbin:/bin",
+                "HOME": cls.dir,  # no developer's ~/.deepspeed_env
+                "LANG": "C.UTF-8", "PYTHONPATH": PYTHONPATH,
+                "XDG_CONFIG_HOME": os.path.join(cls.dir, "no-config"), **extra}
+
+    def workers(self, r, who):
+        """{rank: what that worker got, with its host}, after the launcher ended with 0."""
+        self.assertEqual(r.returncode, 0, f"{who}: {r.stderr[-3000:]}")
+        out = {}
+        for m in re.finditer(r"(?m)^(\S+): (?:\[\w+\]:)?GOT (.*)$", r.stdout):  # dtlaunch adds [default0]:
+            got = json.loads(m.group(2))
+            got["host"] = m.group(1)
+            out[int(got["env"]["RANK"])] = got
+        return out
+
+    def both(self, case, ranks):
+        """Each worker's variables under deepspeed and under dtlaunch, which must be the same, but for
+        LOCAL_RANK where deepspeed's RANK % LOCAL_SIZE is not the worker's place on its node; returns
+        deepspeed's workers and the ranks whose LOCAL_RANK differs that way."""
+        real = self.workers(self.real[case], "deepspeed")
+        argv = [DTL, "deepspeed", "--hostfile", self.hostfile, "--ssh_command", self.c.ssh_command(), "--remote_dtlaunch",
+                DTL, *[a.format(*self.c.hosts) for a in CASES[case]], self.worker, "--x", "1"]
+        ours = self.workers(subprocess.run(self.c.launcher_argv(argv), capture_output=True, text=True, timeout=60,
+                                           env=self.env(PYTHON_EXEC=VENV_PYTHON),  # deepspeed's workers run on its python
+                                           cwd=self.dir, stdin=subprocess.DEVNULL), "dtlaunch")
+        self.assertEqual(sorted(real), list(range(ranks)), real)
+        self.assertEqual(sorted(ours), list(range(ranks)), ours)
+        quirks = []
+        for rank in range(ranks):
+            a, b = real[rank], ours[rank]
+            place = rank - min(r for r, w in ours.items() if w["host"] == b["host"])
+            self.assertEqual(b["env"]["LOCAL_RANK"], str(place))
+            self.assertEqual(a["env"]["LOCAL_RANK"], str(rank % int(a["env"]["LOCAL_SIZE"])))  # launch.py's rule
+            if a["env"]["LOCAL_RANK"] != b["env"]["LOCAL_RANK"]:
+                quirks.append(rank)
+                for w in (a, b):
+                    w["env"].pop("LOCAL_RANK")
+                    w["argv"].pop(0)  # --local_rank=N
+            self.assertEqual({k: a[k] for k in ("host", "argv", "cwd", "env")},
+                             {k: b[k] for k in ("host", "argv", "cwd", "env")}, f"rank {rank}")
+            # every variable deepspeed gives, dtlaunch gives (`_` is the remote shell's)
+            self.assertEqual(set(a["names"]) - set(b["names"]) - {"_"}, set(), f"rank {rank}")
+        return real, quirks
+
+    def test_every_slot_of_the_hostfile(self):
+        real, quirks = self.both("every_slot", ranks=6)
+        self.assertEqual(quirks, [])
+        w = real[3]["env"]
+        self.assertEqual(real[3]["host"], self.c.hosts[1])
+        self.assertEqual((w["LOCAL_RANK"], w["WORLD_SIZE"], w["LOCAL_SIZE"], w["CROSS_RANK"], w["CROSS_SIZE"]),
+                         ("1", "6", "2", "1", "3"))
+        self.assertEqual((w["MASTER_ADDR"], w["MASTER_PORT"]), (self.c.hosts[0], "29500"))
+        self.assertEqual(w["CUDA_VISIBLE_DEVICES"], "0,1")
+        self.assertEqual(w["PYTHONPATH"], f"{self.dir}:{PYTHONPATH}")
+        self.assertEqual(real[3]["argv"], ["--local_rank=1", "--x", "1"])
+
+    def test_include_one_slot_of_a_host_and_a_whole_host(self):
+        real, quirks = self.both("include", ranks=3)
+        self.assertEqual([real[r]["env"]["CUDA_VISIBLE_DEVICES"] for r in range(3)], ["1", "0,1", "0,1"])
+        self.assertEqual(quirks, [1, 2])  # deepspeed's local ranks there: 1, 0 (1 % 2, 2 % 2)
+
+    def test_exclude_a_host_and_a_slot(self):
+        real, quirks = self.both("exclude", ranks=3)
+        self.assertEqual(quirks, [])
+        self.assertEqual([(real[r]["host"], real[r]["env"]["CUDA_VISIBLE_DEVICES"]) for r in range(3)],
+                         [(self.c.hosts[0], "0,1"), (self.c.hosts[0], "0,1"), (self.c.hosts[2], "1")])
+
+    def test_num_nodes_and_num_gpus(self):
+        real, quirks = self.both("num_nodes_gpus", ranks=2)
+        self.assertEqual(quirks, [])
+        self.assertEqual([real[r]["host"] for r in range(2)], self.c.hosts[:2])
+        self.assertEqual(real[1]["env"]["CUDA_VISIBLE_DEVICES"], "0")
+
+
+if __name__ == "__main__":
+    main()
