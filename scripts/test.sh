@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets everything up, builds, and runs every test: 20 s of fuzzing the rendezvous frame decoder and
-# 20 s of the config loader (clang, libFuzzer), then every unit and end-to-end test through ctest, then, where the CUDA
+# Sets everything up, builds, and runs every test: 20 s each of fuzzing the rendezvous frame decoder,
+# the c10d store's request decoder and the config loader (clang, libFuzzer), then every unit and end-to-end test through ctest, then, where the CUDA
 # toolkit is installed, a compile-and-link check of dtl-train's NCCL build against the pip torch
 # wheel's libtorch (scripts/build-cuda.sh with CHECK_ONLY=1: no GPU needed; ~1.5 min download of
 # the wheel and ~2-4 min of building). NCCL_CHECK=0 skips that last step. Between the two, the
@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/fuzz.sh 20 frame_decoder_fuzz
+scripts/fuzz.sh 20 store_decoder_fuzz
 scripts/fuzz.sh 20 config_file_fuzz
 scripts/build.sh -DDTL_BUILD_TESTS=ON
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
