@@ -137,3 +137,29 @@ TEST_CASE("store server: out of file descriptors, accept() is tried again after 
   CHECK(server.connections() == 0);
   CHECK(run_until(io, [&] { return server.connections() == 3; }));
 }
+
+TEST_CASE("store server: serve() after close() takes no client, also once the server is gone") {
+  // The accept loop calls into the server's state through a raw pointer until close() stops it;
+  // a loop started after close() was never stopped (close() returns at once the second time).
+  asio::io_context io;
+  auto knock = [&](int port) {
+    tcp::socket s(io);
+    boost::system::error_code ec;
+    s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+    return s;
+  };
+  int port = 0;
+  std::vector<tcp::socket> clients;
+  {
+    Server server(io);
+    server.close();
+    auto acceptor = listen_on(io, "127.0.0.1", 0);
+    port = acceptor.local_endpoint().port();
+    server.serve(std::move(acceptor));
+    clients.push_back(knock(port));
+    run_until(io, [&] { return server.connections() > 0; }, 200ms);
+    CHECK(server.connections() == 0);
+  }
+  clients.push_back(knock(port));  // the server is gone: nothing may touch what it held
+  io.run_for(200ms);
+}
