@@ -136,6 +136,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   /// The loop calls these only until close(), which stops it: `this` is alive.
   void serve(tcp::acceptor acceptor) {
+    // After close() a loop would never be stopped and would outlive this Impl: the acceptor
+    // closes as it goes. A second serve() replaces the first loop, stopped.
+    if (stopped) return;
+    if (accepting) accepting->stop();
     accepting = net::AcceptLoop::start(
         std::move(acceptor), {opts.accept_backoff},
         {[this](tcp::socket sock, const tcp::endpoint& peer) { add(std::move(sock), peer.address(), {}); },

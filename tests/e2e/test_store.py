@@ -5,6 +5,7 @@ connections) while a real job runs. Each test runs with every torch found (commo
 Debian's 1.13, a 2.x venv); none found: skipped (77)."""
 import os
 import resource
+import select
 import socket
 import struct
 import subprocess
@@ -54,9 +55,12 @@ if hasattr(s, "queue_push"):
 if hasattr(s, "list_keys"):  # 2.15: LIST_KEYS, the client keeps its prefix's keys
     keys = s.list_keys(); assert {"k", "c", "a", "m1", "later"} <= set(keys), keys
 if hasattr(s, "barrier"):  # 2.15: BARRIER, the last of world_size arrivals releases the others
-    t = threading.Thread(target=lambda: store().barrier("bar", 2)); t.start()
+    # the first arrival's outcome, kept: an exception ends its thread too, which is no release
+    released = []
+    t = threading.Thread(target=lambda: (store().barrier("bar", 2), released.append(True))); t.start()
     time.sleep(0.2); assert t.is_alive(), "a barrier of 2 returned with 1 arrival"
-    s.barrier("bar", 2); t.join(10); assert not t.is_alive(), "the barrier's first arrival was not released"
+    s.barrier("bar", 2); t.join(10)
+    assert released == [True], "the barrier's first arrival was not released (see its thread's error above)"
 print("ALL OK", torch.__version__)
 """
 
@@ -92,8 +96,12 @@ class StoreServer:
     def __init__(self, torch_python=None):
         argv = [torch_python, "-c", TORCH_SERVER] if torch_python else [STORE_SERVER, "127.0.0.1", "0"]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        assert line.startswith("port "), line
+        # bounded: torch's server imports torch first, and either one may hang or die before its port
+        ready, _, _ = select.select([self.proc.stdout], [], [], 60)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line.startswith("port "):
+            self.stop()
+            raise AssertionError(f"{argv[0]} printed no port within 60 s: {line!r}")
         self.port = int(line.split()[1])
 
     def stop(self):

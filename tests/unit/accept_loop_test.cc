@@ -6,6 +6,9 @@
 
 #include <fcntl.h>
 
+#include <atomic>
+#include <thread>
+
 #include <boost/asio/post.hpp>
 #include <catch2/catch.hpp>
 
@@ -78,4 +81,39 @@ TEST_CASE("accept loop: after stop() nothing is called, and the port is still kn
   tcp::socket s(io);
   s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
   CHECK(ec);  // nothing listens there any more
+}
+
+TEST_CASE("accept loop: clients that connect while it runs are all taken, none left in the backlog") {
+  // Edge-triggered epoll: a connection that lands between accept4's EAGAIN and the next wait must
+  // still wake the loop (Asio re-arms the descriptor with EPOLL_CTL_MOD when the wait starts).
+  asio::io_context io;
+  auto acceptor = listening(io);
+  const int port = acceptor.local_endpoint().port();
+  size_t taken = 0;
+  std::vector<tcp::socket> keep;
+  auto loop = AcceptLoop::start(std::move(acceptor), {.batch = 3},
+                                {[&](tcp::socket s, const tcp::endpoint&) { ++taken; keep.push_back(std::move(s)); },
+                                 [&](const boost::system::error_code&, bool) {}});
+  constexpr int kThreads = 4, kEach = 100;  // 800 descriptors: under a soft limit of 1024
+  std::vector<std::thread> threads;
+  std::atomic<int> connected{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      asio::io_context mine;
+      std::vector<tcp::socket> socks;
+      for (int i = 0; i < kEach; ++i) {
+        tcp::socket s(mine);
+        s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+        socks.push_back(std::move(s));
+        ++connected;
+        if (i % 17 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      while (connected < kThreads * kEach) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    });
+  }
+  // Once every client is connected, no new edge comes: the last ones must be taken anyway.
+  CHECK(run_until(io, [&] { return taken == size_t{kThreads * kEach}; }, std::chrono::milliseconds(3000)));
+  CHECK(taken == size_t{kThreads * kEach});
+  for (auto& t : threads) t.join();
 }

@@ -137,3 +137,36 @@ TEST_CASE("store server: out of file descriptors, accept() is tried again after 
   CHECK(server.connections() == 0);
   CHECK(run_until(io, [&] { return server.connections() == 3; }));
 }
+
+TEST_CASE("store server: serve() after close() takes no client, also once the server is gone") {
+  // The accept loop calls into the server's state through a raw pointer until close() stops it;
+  // a loop started after close() was never stopped (close() returns at once the second time).
+  asio::io_context io;
+  std::vector<tcp::socket> clients;
+  auto knock = [&](int port) {
+    tcp::socket s(io);
+    boost::system::error_code ec;
+    s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+    clients.push_back(std::move(s));
+  };
+  auto closed_then_served = [&](Server& server) {
+    server.close();
+    auto acceptor = listen_on(io, "127.0.0.1", 0);
+    const int port = acceptor.local_endpoint().port();
+    server.serve(std::move(acceptor));
+    return port;
+  };
+  {
+    Server server(io);
+    knock(closed_then_served(server));
+    run_until(io, [&] { return server.connections() > 0; }, 200ms);
+    CHECK(server.connections() == 0);
+  }
+  int port = 0;
+  {
+    Server server(io);
+    port = closed_then_served(server);
+  }
+  knock(port);  // the server is gone: nothing may touch what it held (ASan: heap-use-after-free)
+  io.run_for(200ms);
+}
