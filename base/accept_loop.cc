@@ -14,10 +14,11 @@ namespace asio = boost::asio;
 namespace {
 
 /// accept4's errors that belong to one connection, gone before it was taken (accept(2): "treat
-/// them like EAGAIN by retrying"); the others would fail again at once.
+/// them like EAGAIN by retrying"); the others would fail again at once. Not EPERM: a security
+/// module's refusal comes before the connection leaves the backlog, and would come again at once.
 bool one_client(int err) {
   switch (err) {
-    case ECONNABORTED: case EPROTO: case EPERM: case ENETDOWN: case ENOPROTOOPT: case EHOSTDOWN:
+    case ECONNABORTED: case EPROTO: case ENETDOWN: case ENOPROTOOPT: case EHOSTDOWN:
     case ENONET: case EHOSTUNREACH: case EOPNOTSUPP: case ENETUNREACH:
       return true;
     default:
