@@ -354,7 +354,7 @@ const std::vector<Flag> kFlags = {
      .apply = [](const S& t, O& o) { o.fanout.ssh_command = word(t, "an ssh command"); }},
     {.id = Setting::export_, .name = "export", .type = Type::list, .group = kFanout,
      .help = "more variables for every host's agent: `NAME` (its value here) or `NAME=VALUE`; `NCCL_*`, `PYTHON*`, "
-             "`CUDA_*`, `TORCH_*`, `HF_*`, `OMP_*` and `./.dtlaunch_env`'s lines always go",
+             "`CUDA_*` except `CUDA_VISIBLE_DEVICES`, `TORCH_*`, `HF_*`, `OMP_*` and `./.dtlaunch_env`'s lines always go",
      .apply = [](const S& t, O& o) {
        o.fanout.exports.clear();
        for (const auto& item : split(t, ',')) {

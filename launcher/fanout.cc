@@ -41,6 +41,10 @@ constexpr std::string_view kHelloWord = "dtlaunch-node ";
 constexpr auto kPreflightTimeout = std::chrono::seconds(30);
 /// The variable prefixes every host's agent gets from here (DeepSpeed forwards the same kind).
 constexpr std::array kForwardedPrefixes = {"NCCL_", "GLOO_", "PYTHON", "CUDA_", "TORCH_", "HF_", "OMP_"};
+/// Of those, what says something about this machine only: which of its GPUs (a login node's, or
+/// Slurm's for this step's). Sent on, it narrowed every host to this one's GPUs; deepspeed's runner
+/// does not send it either. `--export CUDA_VISIBLE_DEVICES` still does.
+constexpr std::array kThisHostOnly = {"CUDA_VISIBLE_DEVICES"};
 
 bool typed(const LaunchOptions& o, const char* name) {
   const auto k = o.source(name).kind;
@@ -62,8 +66,9 @@ Variables forwarded(const std::vector<std::string>& environment) {
     const std::string name = entry.substr(0, eq);
     if (std::find(secret.begin(), secret.end(), name) != secret.end()) continue;
     const bool wanted = std::find(own.begin(), own.end(), name) != own.end() ||
-                        std::any_of(kForwardedPrefixes.begin(), kForwardedPrefixes.end(),
-                                    [&](const char* p) { return name.rfind(p, 0) == 0; });
+                        (std::any_of(kForwardedPrefixes.begin(), kForwardedPrefixes.end(),
+                                     [&](const char* p) { return name.rfind(p, 0) == 0; }) &&
+                         std::find(kThisHostOnly.begin(), kThisHostOnly.end(), name) == kThisHostOnly.end());
     if (wanted) out.emplace_back(name, entry.substr(eq + 1));
   }
   return out;

@@ -148,6 +148,16 @@ TEST_CASE("fan-out plan: after `deepspeed`, the working directory leads every ho
   CHECK(vars_of(plan(options({"--hostfile", "hf"}), in).nodes[1])["PYTHONPATH"] == "/lib/a:/lib/b");
 }
 
+TEST_CASE("fan-out plan: this machine's CUDA_VISIBLE_DEVICES stays here, other CUDA_ variables go, --export sends it") {
+  auto in = inputs();
+  in.environment.push_back("CUDA_VISIBLE_DEVICES=3");
+  in.environment.push_back("CUDA_DEVICE_MAX_CONNECTIONS=1");
+  auto v = vars_of(plan(options({"--hostfile", "hf"}), in).nodes[1]);
+  CHECK(v.count("CUDA_VISIBLE_DEVICES") == 0);  // it would narrow every host to this one's GPU 3
+  CHECK(v["CUDA_DEVICE_MAX_CONNECTIONS"] == "1");
+  CHECK(vars_of(plan(options({"--hostfile", "hf", "--export", "CUDA_VISIBLE_DEVICES"}), in).nodes[1])["CUDA_VISIBLE_DEVICES"] == "3");
+}
+
 TEST_CASE("fan-out plan: a first host written user@host is met at host") {
   auto p = plan(options({"--hostfile", "hf"}), inputs("root@a slots=2\nb slots=2\n"));
   CHECK(p.nodes[0].argv[p.nodes[0].argv.size() - 2] == "root@a");  // ssh logs in as written
