@@ -1,7 +1,11 @@
 #include "base/posix.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -159,6 +163,28 @@ std::string host_name() {
   char name[256] = "localhost";
   gethostname(name, sizeof name - 1);
   return name;
+}
+
+std::vector<std::string> host_addresses() {
+  std::vector<std::string> out;
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return out;
+  for (const ifaddrs* i = all; i; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK)) continue;
+    char text[INET6_ADDRSTRLEN] = "";
+    if (i->ifa_addr->sa_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      const auto& a = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr;
+      if (IN6_IS_ADDR_LINKLOCAL(&a) || IN6_IS_ADDR_LOOPBACK(&a)) continue;
+      inet_ntop(AF_INET6, &a, text, sizeof text);
+    } else {
+      continue;
+    }
+    out.emplace_back(text);
+  }
+  freeifaddrs(all);
+  return out;
 }
 
 std::string current_directory() {

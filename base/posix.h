@@ -83,6 +83,10 @@ int online_cpu_count();
 /// The name this machine goes by, as failure summaries and the rendezvous show it.
 std::string host_name();
 
+/// This machine's addresses as `hostname -I` lists them (what deepspeed's runner asks a host for):
+/// every interface's IPv4 and IPv6 address in getifaddrs' order, but loopback and IPv6 link-local.
+std::vector<std::string> host_addresses();
+
 /// The working directory's absolute path; "." when it cannot be had (removed under us).
 std::string current_directory();
 

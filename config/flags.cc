@@ -335,7 +335,7 @@ const std::vector<Flag> kFlags = {
      }},
     {.id = Setting::hostfile, .name = "hostfile", .group = kFanout,
      .help = "start one agent per host over ssh: DeepSpeed's hostfile (`host slots=N`; a bare `host` runs "
-             "`--nproc_per_node` workers); the first host is `master_addr`",
+             "`--nproc_per_node` workers); the hosts meet at the first one (its first address, as `hostname -I`)",
      .names_path = true, .apply = [](const S& t, O& o) { o.fanout.hostfile = trim(t); }},
     {.id = Setting::hosts, .name = "hosts", .group = kFanout, .help = "the hosts without a file: `h1:4,h2:4` or `h1,h2`",
      .apply = [](const S& t, O& o) { o.fanout.hosts = trim(t); }},

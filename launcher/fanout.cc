@@ -8,12 +8,15 @@
 #include <array>
 #include <chrono>
 #include <memory>
+#include <sstream>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
 
 #include "base/posix.h"
 #include "config/flags.h"
@@ -200,7 +203,28 @@ const std::vector<std::string>& host_setting_names() {
   return names;
 }
 
-std::string node_hello() { return std::string(kHelloWord) + DTL_VERSION; }
+std::string node_hello(const std::vector<std::string>& addresses) {
+  std::string line = std::string(kHelloWord) + DTL_VERSION;
+  for (const auto& a : addresses) line += " " + a;
+  return line;
+}
+
+std::optional<Hello> parse_hello(std::string_view line) {
+  if (!line.starts_with(kHelloWord)) return std::nullopt;
+  std::istringstream words{std::string(line.substr(kHelloWord.size()))};
+  Hello h;
+  words >> h.version;
+  for (std::string a; words >> a;) h.addresses.push_back(a);
+  return h;
+}
+
+std::string meeting_address(const std::string& first_host, const std::vector<std::string>& reported) {
+  const std::string host = first_host.substr(first_host.rfind('@') + 1);  // ssh's user@host is a login
+  boost::system::error_code ec;
+  boost::asio::ip::make_address(host, ec);
+  if (!ec || reported.empty()) return host;
+  return reported.front();
+}
 
 std::string encode_variables(const Variables& vars) {
   std::string out;
@@ -272,14 +296,14 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
   for (const auto& a : in.args) remote += " " + shell_quote(a);
 
   const bool master_given = o.source("master_addr").kind != Source::Kind::default_;
-  // ssh's `user@host` is a login, not an address the other hosts can reach.
-  const std::string& first = hosts.front().name;
-  const std::string master = master_given ? o.master_addr : first.substr(first.rfind('@') + 1);
+  // Without it, the first host's answer may name a better address (Fanout::go).
+  const std::string master = master_given ? o.master_addr : meeting_address(hosts.front().name, {});
   const auto count = count_per_host(o);
   FanoutPlan plan;
   plan.ssh_path = *ssh_path;
   plan.environment = in.environment;
   plan.stop_timeout_s = o.shutdown_timeout_s;
+  plan.master_from_first_host = !master_given;
   for (size_t rank = 0; rank < hosts.size(); ++rank) {
     const auto& h = hosts[rank];
     NodeStart n{h.name, ssh, common};
@@ -334,6 +358,7 @@ struct Node {
   std::array<char, 16384> out_buf{}, err_buf{};
   std::string before_hello;     ///< stdout until the hello line
   bool answered = false;        ///< the hello came, with this version
+  std::vector<std::string> addresses;  ///< the host's, from its hello
   std::string last_error_line;  ///< ssh's or the shell's last word on stderr, for the preflight
   int open_streams = 2;
   std::optional<int> status;    ///< waitpid's
@@ -416,13 +441,14 @@ class Fanout {
     const std::string line = n.before_hello.substr(0, eol);
     std::string rest = n.before_hello.substr(eol + 1);
     n.before_hello.clear();
-    if (line != node_hello()) {
-      fail_preflight(n, line.starts_with(kHelloWord) ? "runs " + printable(line.substr(kHelloWord.size()), 40) +
-                                                           ", not this dtlaunch " DTL_VERSION
-                                                     : "said " + printable(line, 120) + " instead of hello",
+    auto said = parse_hello(line);
+    if (!said || said->version != DTL_VERSION) {
+      fail_preflight(n, said ? "runs " + printable(said->version, 40) + ", not this dtlaunch " DTL_VERSION
+                             : "said " + printable(line, 120) + " instead of hello",
                      2);
       return rest;
     }
+    n.addresses = std::move(said->addresses);
     n.answered = true;
     if (std::all_of(nodes_.begin(), nodes_.end(), [](const auto& m) { return m->answered; })) go();
     return rest;
@@ -442,8 +468,20 @@ class Fanout {
     if (stopping_) return;
     preflight_done_ = true;
     timer_.cancel();
+    std::optional<std::string> master;
+    if (plan_.master_from_first_host) {
+      const auto& first = *nodes_.front();
+      master = meeting_address(first.start.host, first.addresses);
+      spdlog::info("the hosts meet at {} ({}; --master_addr chooses another)", *master,
+                   *master == meeting_address(first.start.host, {}) ? "the first host"
+                                                                     : "the first address host " + first.start.host + " has");
+    }
     for (auto& n : nodes_) {
-      n->variables = encode_variables(n->start.variables);
+      auto vars = n->start.variables;
+      for (auto& [name, value] : vars) {
+        if (master && name == "PET_MASTER_ADDR") value = *master;
+      }
+      n->variables = encode_variables(vars);
       asio::async_write(n->in, asio::buffer(n->variables), [](const boost::system::error_code&, size_t) {});
     }
   }

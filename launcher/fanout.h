@@ -3,13 +3,14 @@
 // their output as whole lines, each with its host in front.
 //
 // The wire between the two sides is the ssh channel's standard input and output:
-//   1. the node prints `dtlaunch-node VERSION` (the preflight: the host is reachable, and runs this
-//      dtlaunch);
+//   1. the node prints `dtlaunch-node VERSION ADDRESS...` (the preflight: the host is reachable, and
+//      runs this dtlaunch; its addresses, as `hostname -I` lists them);
 //   2. once every host has answered, the launcher sends the node's variables as NAME=VALUE\0 entries,
 //      ended by an empty one: forwarded ones, the host's settings (PET_NODE_RANK, ...) and the job's
 //      fresh token (DTLAUNCH_RDZV_TOKEN), so nothing secret is in any command line or remote `ps`;
 //   3. the end of that input stops the node's workers: Ctrl-C here, a dropped connection, a killed ssh.
-// The agents meet through dtlaunch's static, authenticated rendezvous on the first host (rank 0).
+// The agents meet through dtlaunch's static, authenticated rendezvous on the first host (rank 0), at
+// --master_addr, else at meeting_address().
 #pragma once
 
 #include <functional>
@@ -40,6 +41,8 @@ struct FanoutPlan {
   std::string ssh_path;          ///< argv[0], found on PATH
   std::vector<std::string> environment;  ///< ssh's: this process's, as the inputs had it
   double stop_timeout_s = 30;    ///< how long the nodes may take to stop before ssh is killed
+  /// No --master_addr: PET_MASTER_ADDR is meeting_address() of the first host, known at its hello.
+  bool master_from_first_host = false;
 };
 
 /// What the plan is made from, besides the options: all read by the caller.
@@ -68,8 +71,19 @@ const std::vector<std::string>& host_setting_names();
 /// a host list given empty) are an Error (exit 2) naming where they came from.
 std::optional<Error> refuse_fanout_settings_without_hosts(const config::LaunchOptions& o);
 
-/// The first line a node prints.
-std::string node_hello();
+/// The first line a node prints: the hello word, this dtlaunch's version, then `addresses`.
+std::string node_hello(const std::vector<std::string>& addresses);
+struct Hello {
+  std::string version;
+  std::vector<std::string> addresses;
+};
+/// A node's first line; nullopt when it is no hello at all.
+std::optional<Hello> parse_hello(std::string_view line);
+/// Where the hosts meet without --master_addr: the first host as written (less any `user@`) when it
+/// is an IP address; else the first address it reported, as deepspeed's runner takes the first of
+/// `ssh host hostname -I` (a name from the launching side's ssh config, or its DNS, may mean
+/// nothing to the other hosts); else its name.
+std::string meeting_address(const std::string& first_host, const std::vector<std::string>& reported);
 /// The wire's step 2 for `vars`.
 std::string encode_variables(const Variables& vars);
 /// Reads step 2 from `fd` (blocking, at most 1 MiB); nullopt when the input ends first or is malformed.

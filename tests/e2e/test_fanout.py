@@ -103,6 +103,27 @@ class Fanout(unittest.TestCase):
         self.assertEqual(len(re.findall(r"world=3 ", r.stdout)), 3, r.stdout)
         self.assertNotIn(h[1] + ":", r.stdout)
 
+    def test_hosts_named_by_ssh_aliases_meet_at_the_first_host_s_address(self):
+        """Names only the launching side's ssh config knows (`Host gpu0 / HostName 10...`): the other
+        hosts cannot resolve them, so the hosts meet at the first address the first host reports, as
+        deepspeed's runner asks it (`hostname -I`)."""
+        aliases = [f"dtl-alias-{i}" for i in range(len(self.c.hosts))]
+        config = os.path.join(self.dir, "ssh_config_aliases")
+        with open(self.c.config) as base, open(config, "w") as f:
+            for alias, addr in zip(aliases, self.c.hosts):
+                f.write(f"Host {alias}\n  HostName {addr}\n")
+            f.write(base.read())
+        hostfile = self.c.hostfile(1, aliases, name="hostfile_aliases")
+        script = os.path.join(self.dir, "master.py")
+        with open(script, "w") as f:
+            f.write("import os\nprint('master', os.environ['MASTER_ADDR'], os.environ['RANK'], flush=True)\n")
+        argv = [DTL, "--hostfile", hostfile, "--ssh_command", f"ssh -F {config}", "--remote_dtlaunch", DTL, script]
+        r = Running(self.c.launcher_argv(argv), self.env(), cwd=self.dir).finish(timeout=90)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(re.findall(r"master (\S+) (\d)", r.stdout)),
+                         [(self.c.hosts[0], str(rank)) for rank in range(3)], r.stdout)
+        self.assertIn(f"the hosts meet at {self.c.hosts[0]} (the first address host {aliases[0]} has;", r.stderr)
+
     def test_remote_worker_failure_is_the_root_cause(self):
         r = self.run_job(*self.sleeper(fail_rank=3, code=7, sleep=30), timeout=90)
         self.assertEqual(r.returncode, 7, r.stderr)

@@ -239,3 +239,28 @@ TEST_CASE("fan-out wire: variables round-trip, a cut stream is refused") {
   CHECK(launcher::read_variables(p[0]) == std::nullopt);
   close(p[0]);
 }
+
+TEST_CASE("fan-out: the node's hello carries its addresses; without --master_addr the hosts meet at the first's") {
+  const std::string version = launcher::parse_hello(launcher::node_hello({}))->version;
+  CHECK_FALSE(version.empty());
+  const auto line = launcher::node_hello({"10.0.0.5", "fd00::5"});
+  CHECK(line == "dtlaunch-node " + version + " 10.0.0.5 fd00::5");
+  auto h = launcher::parse_hello(line);
+  REQUIRE(h);
+  CHECK(h->version == version);
+  CHECK(h->addresses == std::vector<std::string>{"10.0.0.5", "fd00::5"});
+  CHECK(launcher::parse_hello("dtlaunch-node 0.0.1")->addresses.empty());
+  CHECK_FALSE(launcher::parse_hello("Welcome to the login node"));
+
+  // deepspeed's runner: the first of `ssh first-host hostname -I`. A name only the launching side's
+  // ssh config (or DNS) knows may mean nothing to the other hosts.
+  CHECK(launcher::meeting_address("gpu-a", {"10.0.0.5", "10.1.0.5"}) == "10.0.0.5");
+  CHECK(launcher::meeting_address("root@gpu-a", {"10.0.0.5"}) == "10.0.0.5");
+  CHECK(launcher::meeting_address("gpu-a", {}) == "gpu-a");
+  // An address written in the hostfile is the user's choice of network.
+  CHECK(launcher::meeting_address("10.9.0.1", {"10.0.0.5"}) == "10.9.0.1");
+  CHECK(launcher::meeting_address("root@fd00::9", {"10.0.0.5"}) == "fd00::9");
+
+  CHECK(plan(options({"--hostfile", "hf"}), inputs()).master_from_first_host);
+  CHECK_FALSE(plan(options({"--hostfile", "hf", "--master_addr", "a"}), inputs()).master_from_first_host);
+}

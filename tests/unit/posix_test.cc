@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "base/posix.h"
@@ -204,4 +205,20 @@ TEST_CASE("the CPU count is the affinity mask's, within those online") {
   CHECK(posix::cpu_count() == CPU_COUNT(&set));
   CHECK(posix::cpu_count() <= posix::online_cpu_count());
   CHECK_FALSE(posix::host_name().empty());
+}
+
+TEST_CASE("host_addresses lists this machine's addresses as hostname -I does: no loopback, no link-local") {
+  const auto mine = posix::host_addresses();
+  for (const auto& a : mine) {
+    CHECK(a.rfind("127.", 0) != 0);
+    CHECK(a != "::1");
+    CHECK(a.rfind("fe80:", 0) != 0);
+  }
+  // The oracle, where Debian's hostname is installed: the same addresses in the same order.
+  auto real = posix::run_program({"hostname", "-I"}, std::chrono::seconds(10));
+  if (!real.exit_code || *real.exit_code != 0 || real.lines.empty()) return;
+  std::istringstream words(real.lines[0]);
+  std::vector<std::string> expected;
+  for (std::string w; words >> w;) expected.push_back(w);
+  CHECK(mine == expected);
 }
