@@ -600,6 +600,11 @@ class Fanout {
 
 }  // namespace
 
-int run_fanout(const FanoutPlan& plan, Console& console) { return Fanout(plan, console).run(); }
+int run_fanout(const FanoutPlan& plan, Console& console) {
+  // Three pipes a host: under the usual soft limit of 1024 about 300 hosts were the most. Each ssh
+  // gets back the limit this process had (spawn.cc).
+  posix::raise_fd_limit();
+  return Fanout(plan, console).run();
+}
 
 }  // namespace dtl::launcher
