@@ -142,7 +142,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (accepting) accepting->stop();
     accepting = net::AcceptLoop::start(
         std::move(acceptor), {opts.accept_backoff},
-        {[this](tcp::socket sock, const tcp::endpoint& peer) { add(std::move(sock), peer.address(), {}); },
+        {[this](tcp::socket sock, const tcp::endpoint& peer) {
+           boost::system::error_code ignored;
+           sock.set_option(tcp::no_delay(true), ignored);  // replies are small and awaited one by one
+           add(std::move(sock), peer.address(), {});
+         },
          [this](const boost::system::error_code& ec, bool paused) {
            ++stats.accept_failures;
            if (paused) {
@@ -162,8 +166,6 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
                std::to_string(opts.max_per_address) + " and " + std::to_string(opts.max_connections) + ")");
       return;  // the socket closes as it goes
     }
-    boost::system::error_code ec;
-    sock.set_option(tcp::no_delay(true), ec);
     auto c = std::make_shared<Conn>(std::move(sock), next_id++, opts.limits);
     ++per_address[source];
     c->source = source;

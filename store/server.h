@@ -53,7 +53,8 @@ class Server {
   ~Server();
   /// Accepts clients on `acceptor` (listening already) until close().
   void serve(boost::asio::ip::tcp::acceptor acceptor);
-  /// A client accepted elsewhere (from `peer`), with the bytes already read from it.
+  /// A client accepted elsewhere (from `peer`, TCP_NODELAY set as the rendezvous sets it), with the
+  /// bytes already read from it.
   void adopt(boost::asio::ip::tcp::socket socket, const boost::asio::ip::address& peer,
              std::vector<uint8_t> first_bytes);
   /// A new worker group: keys, queues and waits go, and the old group's connections are closed, so
