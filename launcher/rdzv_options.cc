@@ -4,6 +4,8 @@
 #include <random>
 #include <stdexcept>
 
+#include <boost/asio/ip/address.hpp>
+
 #include "base/posix.h"
 
 namespace dtl::launcher {
@@ -64,13 +66,35 @@ std::variant<RdzvOptions, Error> rdzv_options(const config::LaunchOptions& o, co
   return r;
 }
 
+namespace {
+
+/// The static backend's meeting point: --master_addr is a host alone, as torchrun takes it (an IPv6
+/// address needs no brackets, "[::1]" is taken too), and the port is --master_port's. Joined as
+/// "::1:29500" and parsed back, an IPv6 address was refused.
+std::variant<std::pair<std::string, int>, Error> master_endpoint(const config::LaunchOptions& o) {
+  std::string host = o.master_addr;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(host, ec);
+  if (host.empty() || (host.find(':') != std::string::npos && (ec || !address.is_v6()))) {
+    return Error{called(o, "master_addr") + ": '" + printable(o.master_addr, 200) +
+                     "' is not a host name or address (the port is --master_port's)", 2};
+  }
+  if (o.master_port < 1 || o.master_port > 65535) {
+    return Error{called(o, "master_addr") + " and " + called(o, "master_port") + ": port '" +
+                     std::to_string(o.master_port) + "' is not in 1..65535", 2};
+  }
+  return std::pair{host, o.master_port};
+}
+
+}  // namespace
+
 std::variant<std::pair<std::string, int>, Error> rdzv_endpoint(const config::LaunchOptions& o) {
   const bool is_static = o.rdzv_backend == "static";
   std::string endpoint = o.rdzv_endpoint, from = called(o, "rdzv_endpoint");
   if (endpoint.empty()) {
     if (!is_static) return Error{o.named("rdzv_backend", o.rdzv_backend) + " needs --rdzv_endpoint host[:port]", 2};
-    endpoint = o.master_addr + ":" + std::to_string(o.master_port);
-    from = called(o, "master_addr") + " and " + called(o, "master_port");
+    return master_endpoint(o);
   }
   try {
     return rdzv::parse_endpoint(endpoint, is_static ? o.master_port : 29400);

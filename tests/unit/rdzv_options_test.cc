@@ -171,3 +171,13 @@ TEST_CASE("bad endpoints name the setting that gave them") {
   CHECK(agent_error(parsed({"--nnodes=2", "--master_port=0"})) ==
         "--master_addr and --master_port: port '0' is not in 1..65535");
 }
+
+TEST_CASE("an IPv6 --master_addr needs no brackets, as torchrun takes it; host:port there is refused") {
+  CHECK(std::get<std::pair<std::string, int>>(
+            launcher::rdzv_endpoint(parsed({"--nnodes=2", "--master_addr=fd00::2", "--master_port=29511"}))) ==
+        std::pair<std::string, int>{"fd00::2", 29511});
+  CHECK(std::get<std::pair<std::string, int>>(launcher::rdzv_endpoint(parsed({"--nnodes=2", "--master_addr=[::1]"}))) ==
+        std::pair<std::string, int>{"::1", 29500});
+  CHECK(agent_error(parsed({"--nnodes=2", "--master_addr=10.0.0.1:1234"})) ==
+        "--master_addr: '10.0.0.1:1234' is not a host name or address (the port is --master_port's)");
+}
