@@ -101,6 +101,7 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
     if (!v.count("deepspeed_hostfile")) o.sources["hostfile"] = {Source::Kind::default_, "deepspeed's default hostfile", ""};
     take("deepspeed_inclusion_filter", "include", o.fanout.include, "");
     take("deepspeed_exclusion_filter", "exclude", o.fanout.exclude, "");
+    o.fanout.deepspeed_runner = true;
   }
   return std::nullopt;
 }

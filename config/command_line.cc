@@ -454,6 +454,7 @@ std::optional<Error> take_convention(Convention c, LaunchOptions& o) {
   if (c != Convention::deepspeed) return std::nullopt;
   if (!o.no_local_rank) o.local_rank_arg = LaunchOptions::LocalRankArg::underscore;
   o.deepspeed_variables = true;
+  o.fanout.deepspeed_runner = true;
   if (o.source("nproc_per_node").kind == Source::Kind::default_) o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
   return std::nullopt;
 }

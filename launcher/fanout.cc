@@ -86,8 +86,9 @@ std::optional<std::string> lookup(const std::vector<std::string>& environment, c
   return std::nullopt;
 }
 
-/// ./.dtlaunch_env: NAME=VALUE lines (DeepSpeed's .deepspeed_env), `#` comments, blank lines.
-std::variant<Variables, Error> dtlaunch_env(const std::string& text, const std::string& path) {
+/// ./.dtlaunch_env and deepspeed's .deepspeed_env: NAME=VALUE lines (blanks around the name and the
+/// value dropped, as deepspeed's runner strips them), `#` comments, blank lines.
+std::variant<Variables, Error> env_file(const std::string& text, const std::string& path) {
   Variables out;
   int line = 0;
   for (auto raw : text::split(text, '\n')) {
@@ -95,10 +96,11 @@ std::variant<Variables, Error> dtlaunch_env(const std::string& text, const std::
     if (!raw.empty() && raw.back() == '\r') raw.pop_back();
     if (raw.empty() || raw[0] == '#') continue;
     const auto eq = raw.find('=');
-    if (eq == std::string::npos || !text::is_variable_name(raw.substr(0, eq))) {
+    const std::string name = eq == std::string::npos ? "" : text::trim(raw.substr(0, eq));
+    if (!text::is_variable_name(name)) {
       return Error{path + ":" + std::to_string(line) + ": expected NAME=VALUE, got " + printable(raw, 80), 2};
     }
-    out.emplace_back(raw.substr(0, eq), raw.substr(eq + 1));
+    out.emplace_back(name, text::trim(raw.substr(eq + 1)));
   }
   return out;
 }
@@ -272,12 +274,12 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
   if (o.fanout.ssh_port) ssh.insert(ssh.end(), {"-p", std::to_string(o.fanout.ssh_port)});
 
   Variables common = forwarded(in.environment);
-  if (o.deepspeed_variables) {  // deepspeed's multi-node runner: its working directory first, on every host
+  if (o.fanout.deepspeed_runner) {  // deepspeed's multi-node runner: its working directory first, on every host
     const auto inherited = lookup(in.environment, "PYTHONPATH");
     common.emplace_back("PYTHONPATH", in.cwd + (inherited ? ":" + *inherited : ""));
   }
-  if (in.dtlaunch_env) {
-    auto vars = dtlaunch_env(*in.dtlaunch_env, in.cwd + "/.dtlaunch_env");
+  for (const auto& [path, contents] : in.env_files) {
+    auto vars = env_file(contents, path);
     if (auto* e = std::get_if<Error>(&vars)) return *e;
     for (auto& v : std::get<Variables>(vars)) common.push_back(std::move(v));
   }
@@ -338,6 +340,18 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
 extern char** environ;
 
 namespace dtl::launcher {
+
+std::vector<std::string> env_file_paths(const LaunchOptions& o, const config::EnvLookup& env, const std::string& cwd) {
+  std::vector<std::string> paths;
+  if (o.fanout.deepspeed_runner) {
+    const std::string name = env("DS_ENV_FILE").value_or(".deepspeed_env");
+    const auto under = [&](const std::string& dir) { return name.starts_with('/') ? name : dir + "/" + name; };
+    if (auto home = env("HOME")) paths.push_back(under(*home));
+    if (paths.empty() || paths.back() != under(cwd)) paths.push_back(under(cwd));
+  }
+  paths.push_back(cwd + "/.dtlaunch_env");
+  return paths;
+}
 
 std::vector<std::string> environment_entries() {
   std::vector<std::string> out;

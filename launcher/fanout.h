@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "config/command_line.h"
 #include "config/launch_options.h"
 
 namespace dtl::launcher {
@@ -51,11 +52,19 @@ struct FanoutInputs {
   std::vector<std::string> environment;  ///< this process's "NAME=VALUE" entries
   std::string cwd;
   std::string hostfile_text;          ///< the contents of o.fanout.hostfile, when set
-  std::optional<std::string> dtlaunch_env;  ///< ./.dtlaunch_env, when there is one
+  /// Files of NAME=VALUE lines for every host, as (path, contents), in order (a later one wins):
+  /// env_file_paths' that exist.
+  std::vector<std::pair<std::string, std::string>> env_files;
   std::string token;                  ///< the job's fresh secret
   /// Finds a program as execvp would (the ssh of --ssh_command).
   std::function<std::optional<std::string>(const std::string&)> find_program;
 };
+
+/// The files whose NAME=VALUE lines every host gets, in order: with deepspeed_runner,
+/// $HOME/NAME and ./NAME where NAME is $DS_ENV_FILE or .deepspeed_env (deepspeed's runner's
+/// DEEPSPEED_ENVIRONMENT_PATHS); then ./.dtlaunch_env. Relative to `cwd`.
+std::vector<std::string> env_file_paths(const config::LaunchOptions& o, const config::EnvLookup& env,
+                                        const std::string& cwd);
 
 /// This process's environment, as "NAME=VALUE" entries.
 std::vector<std::string> environment_entries();

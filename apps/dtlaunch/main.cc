@@ -142,7 +142,9 @@ int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args
     }
     in.hostfile_text = file.text;
   }
-  if (auto file = read(".dtlaunch_env"); file.status == config::FileRead::Status::ok) in.dtlaunch_env = file.text;
+  for (const auto& path : launcher::env_file_paths(o, env, in.cwd)) {
+    if (auto file = read(path); file.status == config::FileRead::Status::ok) in.env_files.emplace_back(path, file.text);
+  }
   for (uint8_t byte : rendezvous::random_nonce()) in.token += fmt::format("{:02x}", byte);  // a secret: OpenSSL's
   in.find_program = [&](const std::string& name) { return launcher::find_executable(name, env("PATH").value_or("")); };
   auto planned = launcher::plan_fanout(o, in);

@@ -38,7 +38,7 @@ PYTHONPATH = "/nonexistent/dtl-test-lib"  # the launching side's, which deepspee
 WORKER = """
 import json, os, sys
 keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "MASTER_ADDR",
-        "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "PYTHONPATH", "PYTORCH_NVML_BASED_CUDA_CHECK")
+        "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "PYTHONPATH", "PYTORCH_NVML_BASED_CUDA_CHECK", "DTL_DS_ENV")
 got = {"argv": sys.argv[1:], "cwd": os.getcwd(), "names": sorted(os.environ),
        "env": {k: os.environ.get(k) for k in keys}}
 sys.stdout.write("GOT " + json.dumps(got, sort_keys=True) + "\\n")
@@ -81,6 +81,10 @@ class DeepspeedFanout(unittest.TestCase):
             f.write(f"#!/bin/sh\nexec {shutil.which('ssh')} -F {cls.c.config} \"$@\"\n")
         os.chmod(os.path.join(cls.bin, "ssh"), 0o755)
         cls.hostfile = cls.c.hostfile(slots=2)
+        # deepspeed's runner sends ~/.deepspeed_env's and ./.deepspeed_env's lines to every host (here
+        # both are this file: HOME is the launch directory); so must dtlaunch in its place
+        with open(os.path.join(cls.dir, ".deepspeed_env"), "w") as f:
+            f.write("DTL_DS_ENV = from-file\n")
         # deepspeed's runs, all at once: each imports torch on the launcher and on every host
         # (about 15 s apiece on 2 cores), so one after the other they would take a minute
         with ThreadPoolExecutor(len(CASES)) as pool:
@@ -119,6 +123,10 @@ class DeepspeedFanout(unittest.TestCase):
             got["host"] = m.group(1)
             out[int(got["env"]["RANK"])] = got
         return out
+
+    def test_deepspeed_env_reaches_every_worker(self):
+        real = self.workers(self.real["every_slot"], "deepspeed")
+        self.assertEqual({w["env"]["DTL_DS_ENV"] for w in real.values()}, {"from-file"})  # both() compares dtlaunch's
 
     def both(self, case, ranks):
         """Each worker's variables under deepspeed and under dtlaunch, which must be the same, but for

@@ -166,7 +166,7 @@ TEST_CASE("fan-out plan: a first host written user@host is met at host") {
 
 TEST_CASE("fan-out plan: --export, .dtlaunch_env, --nnodes, --nproc_per_node, --master_addr") {
   auto in = inputs("a slots=4\nb slots=4\nc slots=4\n");
-  in.dtlaunch_env = "# comment\nFROM_FILE=1\n";
+  in.env_files = {{"/work/it's here/.dtlaunch_env", "# comment\nFROM_FILE=1\n"}};
   auto o = options({"--hostfile", "hf", "--export", "HOME,X=y=z", "--nnodes", "2", "--nproc_per_node", "2",
                     "--master_addr", "10.0.0.9"});
   auto p = plan(o, in);
@@ -178,7 +178,7 @@ TEST_CASE("fan-out plan: --export, .dtlaunch_env, --nnodes, --nproc_per_node, --
   CHECK(v["PET_MASTER_ADDR"] == "10.0.0.9");
   CHECK(v.count("PET_NPROC_PER_NODE") == 0);  // the typed --nproc_per_node=2 reaches the host as typed
 
-  in.dtlaunch_env = "oops\n";
+  in.env_files = {{"/work/it's here/.dtlaunch_env", "oops\n"}};
   CHECK(plan_error(options({"--hostfile", "hf"}), in) == "/work/it's here/.dtlaunch_env:1: expected NAME=VALUE, got oops");
 }
 
@@ -263,4 +263,34 @@ TEST_CASE("fan-out: the node's hello carries its addresses; without --master_add
 
   CHECK(plan(options({"--hostfile", "hf"}), inputs()).master_from_first_host);
   CHECK_FALSE(plan(options({"--hostfile", "hf", "--master_addr", "a"}), inputs()).master_from_first_host);
+}
+
+TEST_CASE("fan-out: in deepspeed's runner's place, ~/.deepspeed_env and ./.deepspeed_env go to every host too") {
+  const auto env = [](std::map<std::string, std::string> vars) {
+    return [vars](const std::string& k) -> std::optional<std::string> {
+      auto it = vars.find(k);
+      return it == vars.end() ? std::nullopt : std::optional(it->second);
+    };
+  };
+  const auto home = env({{"HOME", "/root"}});
+  CHECK(launcher::env_file_paths(options({"--hostfile", "hf"}), home, "/w") == std::vector<std::string>{"/w/.dtlaunch_env"});
+  CHECK(launcher::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), home, "/w") ==
+        std::vector<std::string>{"/root/.deepspeed_env", "/w/.deepspeed_env", "/w/.dtlaunch_env"});
+  CHECK(launcher::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), env({{"HOME", "/root"}, {"DS_ENV_FILE", "my.env"}}), "/w") ==
+        std::vector<std::string>{"/root/my.env", "/w/my.env", "/w/.dtlaunch_env"});
+  CHECK(launcher::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), env({{"HOME", "/root"}, {"DS_ENV_FILE", "/etc/ds.env"}}), "/w") ==
+        std::vector<std::string>{"/etc/ds.env", "/w/.dtlaunch_env"});
+  CHECK(launcher::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), home, "/root") ==
+        std::vector<std::string>{"/root/.deepspeed_env", "/root/.dtlaunch_env"});
+
+  // The files in order, a later one winning on the host (its agent sets them in turn); values trimmed
+  // as deepspeed's runner strips them.
+  auto in = inputs();
+  in.env_files = {{"/root/.deepspeed_env", "NCCL_IB_DISABLE=1\nA=home\n"}, {"/w/.deepspeed_env", "A = here \n"}};
+  auto vars = plan(options({"deepspeed", "--hostfile", "hf"}), in).nodes[1].variables;
+  std::vector<std::string> a;
+  for (const auto& [name, value] : vars) {
+    if (name == "A") a.push_back(value);
+  }
+  CHECK(a == std::vector<std::string>{"home", "here"});
 }
