@@ -87,6 +87,17 @@ void stop_when_closed(boost::asio::posix::stream_descriptor& control) {
   });
 }
 
+/// The run is over and its exit code decided: SIGINT, SIGTERM and SIGHUP stay pending from here
+/// on (and are dropped at exit), so that one arriving during the teardown (srun's
+/// --kill-on-bad-exit once another node left with the job's code, say) neither kills it halfway
+/// nor turns the code into 128+N once the event loop's handlers are gone.
+void hold_stop_signals() {
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+}
+
 /// Runs the workers (the supervisor, or this node's agent) and keeps or removes the log folder.
 int run(const Prepared& p, const std::string& node_name, int control_fd, launcher::Console& console,
         launcher::OrphanGuard& guard) {
@@ -119,6 +130,7 @@ int run(const Prepared& p, const std::string& node_name, int control_fd, launche
   } catch (const ErrorException& e) {  // refused before anything started (a taken rendezvous port)
     code = fail(e.error());
   }
+  hold_stop_signals();
   const bool keep = !plan.log_dir.empty() || runner->wrote_log_files();
   if (keep && logs.temporary()) spdlog::info("per-rank logs are in {}", logs.path().string());
   if (keep) guard.remove_on_death("");
