@@ -4,11 +4,14 @@ of br0 in one more namespace. The host's network is never touched.
 
 Namespaces are named dtl<pid><name><node> (the bridge: dtl<pid><name>br) after the process that made
 them, so that one left by a run that died is recognised and deleted by the next
-(delete_stale_namespaces). Needs root and iproute2 (scripts/setup.sh installs it)."""
+(delete_stale_namespaces), with what still runs in it. A node can have an /etc/hosts of its own
+(write_hosts), which `ip netns exec` mounts. Needs root and iproute2 (scripts/setup.sh installs it)."""
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 
 STALE_NAME = re.compile(r"^dtl(\d+)[a-z]")
 
@@ -45,10 +48,34 @@ def _started_at(pid):
     return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
+def stop(pid, timeout=10):
+    """SIGTERM, then SIGKILL; reaps it when it is our child."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return
+            except ChildProcessError:  # not ours (a daemon that forked, a dead run's): poll for it
+                if not os.path.exists(f"/proc/{pid}"):
+                    return
+            time.sleep(0.05)
+
+
+def _delete(name):
+    ip("netns", "del", name, check=False)
+    shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+
+
 def delete_stale_namespaces():
     """Deletes every dtl<pid>... namespace whose process is gone: no process <pid>, or one started
-    after the namespace was made (the pid was reused, ours included). A namespace file's times are
-    its creation time."""
+    after the namespace was made (the pid was reused, ours included); what still runs in it is
+    stopped first (a daemon of a run that died), and its /etc/netns folder goes with it. A namespace
+    file's times are its creation time."""
     for line in ip("netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         m = STALE_NAME.match(name)
@@ -61,7 +88,9 @@ def delete_stale_namespaces():
             made = 0.0
         if started is not None and started <= made + 1.0:  # btime has a resolution of 1 s
             continue  # a live run's own
-        ip("netns", "del", name, check=False)
+        for pid in ip("netns", "pids", name, check=False).stdout.split():
+            stop(int(pid), timeout=2)
+        _delete(name)
 
 
 class Network:
@@ -99,9 +128,23 @@ class Network:
         return self
 
     def delete(self):
-        """Deletes the namespaces (a namespace lives on while a process is still in it)."""
+        """Deletes the namespaces (a namespace lives on while a process is still in it) and their
+        /etc/netns folders."""
         for name in [*self.ns.values(), self.bridge_ns]:
-            ip("netns", "del", name, check=False)
+            _delete(name)
+
+    def hosts_path(self, node):
+        """node's own /etc/hosts, which `ip netns exec` mounts on /etc/hosts (after write_hosts)."""
+        return f"/etc/netns/{self.ns[node]}/hosts"
+
+    def write_hosts(self, names):
+        """Gives every node the same /etc/hosts: localhost, and each node's address with its names
+        in names[node] (a list; nodes not in names are left out)."""
+        text = "127.0.0.1 localhost\n" + "".join(f"{self.addr[n]} {' '.join(names[n])}\n" for n in names)
+        for n in self.nodes:
+            os.makedirs(os.path.dirname(self.hosts_path(n)), exist_ok=True)
+            with open(self.hosts_path(n), "w") as f:
+                f.write(text)
 
     @staticmethod
     def port(node):

@@ -16,7 +16,7 @@ import subprocess
 import unittest
 
 from common import (ALLREDUCE_SCRIPT, DTLAUNCH, LaunchTest, Running, free_port, main, torch_pythons)
-from test_netns import ip
+from netns import Network, delete_stale_namespaces
 
 PYTHONS = torch_pythons()
 CPUS = sorted(os.sched_getaffinity(0))[:2]
@@ -168,7 +168,8 @@ class Kubeflow(LaunchTest):
                 self.assertEqual(len(hosting), 1, results)
                 if self.pods_have_addresses:  # only worker-0's pod owns the endpoint, and names its peer
                     self.assertEqual(hosting, ["worker-0"])
-                    self.assertRegex(results["worker-0"].stderr, r"rendezvous: job-worker-1 \(10\.232\.\d+\.2\) joined")
+                    peer = self.network.addr[self.node_of["worker-1"]]
+                    self.assertIn(f"rendezvous: job-worker-1 ({peer}) joined", results["worker-0"].stderr)
 
     def test_a_trainjob_runs_its_numprocpernode_on_each_node(self):
         for label, python in PYTHONS:
@@ -224,10 +225,7 @@ class Kubeflow(LaunchTest):
 
 # --- pods in network namespaces ----------------------------------------------------------------
 
-NS_PREFIX = f"dtlkube{os.getpid()}-"
-NS_NAME = re.compile(r"^dtlkube(\d+)-")
 PODS = 2
-SUBNET = f"10.232.{os.getpid() % 250 + 1}"
 
 
 def why_no_pods():
@@ -239,65 +237,19 @@ def why_no_pods():
     return None
 
 
-class PodNetwork:
-    """PODS namespaces on a private bridge (in a namespace of its own: the host's network is never
-    touched), pod i at SUBNET.(i+1). `ip netns exec` mounts /etc/netns/<ns>/hosts on /etc/hosts."""
-
-    def __init__(self):
-        self.bridge = NS_PREFIX + "br"
-        self.pods = [f"{NS_PREFIX}{i}" for i in range(PODS)]
-        self.addresses = [f"{SUBNET}.{i + 1}" for i in range(PODS)]
-
-    @staticmethod
-    def delete_stale():
-        """Namespaces (and hosts files) of earlier runs of this file whose process is gone."""
-        for line in ip("netns", "list", check=False).stdout.splitlines():
-            name = line.split()[0] if line.split() else ""
-            m = NS_NAME.match(name)
-            if m and not os.path.exists(f"/proc/{m.group(1)}"):
-                ip("netns", "del", name, check=False)
-                shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
-
-    def build(self):
-        ip("netns", "add", self.bridge)
-        ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.bridge, "link", "set", "br0", "up")
-        for i, ns in enumerate(self.pods):
-            ip("netns", "add", ns)
-            ip("-n", self.bridge, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-            ip("-n", self.bridge, "link", "set", f"v{i}", "master", "br0", "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-            ip("-n", ns, "addr", "add", f"{self.addresses[i]}/24", "dev", "eth0")
-            ip("-n", ns, "link", "set", "eth0", "up")
-
-    def delete(self):
-        for ns in [*self.pods, self.bridge]:
-            ip("netns", "del", ns, check=False)
-            shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
-
-    def name_pods(self, hostnames):
-        """Every pod's /etc/hosts: each pod's hostname and its name under the job's subdomain."""
-        lines = ["127.0.0.1 localhost"]
-        lines += [f"{addr} {h} {h}.job" for addr, h in zip(self.addresses, hostnames)]
-        for ns in self.pods:
-            os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
-            with open(f"/etc/netns/{ns}/hosts", "w") as f:
-                f.write("\n".join(lines) + "\n")
-
-
 @unittest.skipIf(why_no_pods(), why_no_pods())
 class KubeflowPods(Kubeflow):
-    """The same jobs as pods: the operators' own names and ports, one network namespace per pod."""
+    """The same jobs as pods: the operators' own names and ports, one network namespace per pod (a
+    netns.Network whose /etc/hosts names every pod, as the cluster's DNS would)."""
     pods_have_addresses = True
 
     @classmethod
     def setUpClass(cls):
-        PodNetwork.delete_stale()
-        cls.network = PodNetwork()
+        delete_stale_namespaces()
+        cls.network = Network([f"pod{i}" for i in range(PODS)], name="k")
         try:
             cls.network.build()
         except (RuntimeError, subprocess.TimeoutExpired) as e:
-            cls.network.delete()
             raise unittest.SkipTest(f"cannot build the pods' network (ip netns, veth, bridge): {e}")
 
     @classmethod
@@ -311,14 +263,13 @@ class KubeflowPods(Kubeflow):
         return operators_port
 
     def run_pods(self, pods, python, args=(), timeout=120, launcher=DTLAUNCH):
-        self.pod_order = list(pods)
-        self.network.name_pods([f"job-{pod}" for pod in pods])
+        self.node_of = dict(zip(pods, self.network.nodes))  # pod i in namespace i
+        self.network.write_hosts({node: [f"job-{pod}", f"job-{pod}.job"] for pod, node in self.node_of.items()})
         return super().run_pods(pods, python, args, timeout, launcher)
 
     def command(self, pod, argv):
-        ns = self.network.pods[self.pod_order.index(pod)]
-        return ["ip", "netns", "exec", ns, "unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"',
-                f"job-{pod}", *argv]
+        return self.network.exec_argv(self.node_of[pod], ["unshare", "--uts", "--", "sh", "-c",
+                                                          'hostname "$0" && exec "$@"', f"job-{pod}", *argv])
 
 
 if __name__ == "__main__":

@@ -7,14 +7,13 @@ node (refused with the fix).
 
 Needs root, iproute2, slurm-wlm and munge (scripts/setup.sh installs them); otherwise skipped with
 the reason. The daemons share one munged with its own socket, key and pid file in the temp dir (no
-system munged is touched). Each node namespace gets its own /etc/hosts (the node names) through
-/etc/netns/NS/hosts, which `ip netns exec` mounts, and which slurmd gets by a bind mount in a mount
-namespace of its own (slurmd keeps the host's /sys, and so its cgroups)."""
+system munged is touched). The namespaces are a netns.Network; each gets an /etc/hosts that names
+the nodes (Network.write_hosts), which `ip netns exec` mounts, and which slurmd gets by a bind mount
+in a mount namespace of its own (slurmd keeps the host's /sys, and so its cgroups)."""
 import glob
 import os
 import re
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -23,14 +22,10 @@ import time
 import unittest
 
 from common import DTLAUNCH, WORKER, LaunchTest, Running, main, parse_env, torch_pythons, write_allreduce_script
+from netns import Network, delete_stale_namespaces, stop
 
-PREFIX = f"dtls{os.getpid()}"
 NODES = ["node1", "node2", "node3"]
-NS = {name: PREFIX + name for name in ["ctl", *NODES]}
-BRIDGE_NS = PREFIX + "br"
-NS_NAME = re.compile(r"^dtls(\d+)(ctl|node\d|br)$")
-SUBNET = f"10.233.{os.getpid() % 250 + 1}"
-ADDR = {name: f"{SUBNET}.{i + 1}" for i, name in enumerate(NS)}
+NET = Network(["ctl", *NODES], name="s")
 
 
 def run(*args, timeout=30, check=True, **kw):
@@ -49,29 +44,6 @@ def why_no_slurm():
     return None
 
 
-def netns_pids(name):
-    r = run("ip", "netns", "pids", name, check=False)
-    return [int(p) for p in r.stdout.split()]
-
-
-def stop(pid, timeout=10):
-    """SIGTERM, then SIGKILL; reaps it when it is our child."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                    return
-            except ChildProcessError:  # not ours (munged forks): poll for it
-                if not os.path.exists(f"/proc/{pid}"):
-                    return
-            time.sleep(0.05)
-
-
 def read_bytes(path):
     try:
         with open(path, "rb") as f:
@@ -88,49 +60,18 @@ def running_elsewhere(pid):
 def delete_stale():
     """What earlier runs that died before tearDownClass left: namespaces, with whatever still runs in
     them (every daemon runs in one), and their temp dirs."""
-    for line in run("ip", "netns", "list", check=False).stdout.splitlines():
-        name = line.split()[0] if line.split() else ""
-        m = NS_NAME.match(name)
-        if not m or running_elsewhere(m.group(1)):
-            continue  # not ours, or its run still going
-        for pid in netns_pids(name):
-            stop(pid, timeout=2)
-        run("ip", "netns", "del", name, check=False)
-        shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+    delete_stale_namespaces()
     for path in glob.glob(os.path.join(tempfile.gettempdir(), "dtl-slurm-*-*")):
         m = re.match(r"dtl-slurm-(\d+)-", os.path.basename(path))
         if m and not running_elsewhere(m.group(1)):
             shutil.rmtree(path, ignore_errors=True)
 
 
-def build_network():
-    run("ip", "netns", "add", BRIDGE_NS)
-    run("ip", "-n", BRIDGE_NS, "link", "add", "br0", "type", "bridge")
-    run("ip", "-n", BRIDGE_NS, "link", "set", "br0", "up")
-    hosts = "127.0.0.1 localhost\n" + "".join(f"{ADDR[n]} {n}\n" for n in NS)
-    for i, (name, ns) in enumerate(NS.items()):
-        run("ip", "netns", "add", ns)
-        run("ip", "-n", BRIDGE_NS, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-        run("ip", "-n", BRIDGE_NS, "link", "set", f"v{i}", "master", "br0", "up")
-        run("ip", "-n", ns, "link", "set", "lo", "up")
-        run("ip", "-n", ns, "addr", "add", f"{ADDR[name]}/24", "dev", "eth0")
-        run("ip", "-n", ns, "link", "set", "eth0", "up")
-        os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
-        with open(f"/etc/netns/{ns}/hosts", "w") as f:
-            f.write(hosts)
-
-
-def delete_network():
-    for ns in [*NS.values(), BRIDGE_NS]:
-        run("ip", "netns", "del", ns, check=False)
-        shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
-
-
 def slurm_conf(d):
     host = socket.gethostname().split(".")[0]  # slurmctld runs only where SlurmctldHost names this host
-    nodes = "".join(f"NodeName={n} NodeAddr={ADDR[n]} CPUs=4 Gres=gpu:4 State=UNKNOWN\n" for n in NODES)
+    nodes = "".join(f"NodeName={n} NodeAddr={NET.addr[n]} CPUs=4 Gres=gpu:4 State=UNKNOWN\n" for n in NODES)
     return f"""ClusterName=dtltest
-SlurmctldHost={host}({ADDR['ctl']})
+SlurmctldHost={host}({NET.addr['ctl']})
 SlurmctldPort=6917
 SlurmdPort=6918
 SlurmUser=root
@@ -172,7 +113,8 @@ class Slurm(LaunchTest):
         cls.daemons = {}  # by name: munged, slurmctld, node1..3 (slurmd)
         cls.popens = []
         try:
-            build_network()
+            NET.build()
+            NET.write_hosts({n: [n] for n in NET.nodes})
             cls.start_cluster()
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
             cls.tearDownClass()
@@ -200,17 +142,17 @@ class Slurm(LaunchTest):
                  f"--pid-file={d}/munged.pid", f"--seed-file={d}/munged.seed"]
         # In the controller's namespace (its socket is a file, reachable from all), so that a run that
         # dies leaves it where delete_stale finds it. It forks; its pid file names the daemon.
-        run("ip", "netns", "exec", NS["ctl"], "munged", *munge)
+        run(*NET.exec_argv("ctl", ["munged", *munge]))
         with open(f"{d}/munged.pid") as f:
             cls.daemons["munged"] = int(f.read())
         with open(f"{d}/daemons.out", "w") as log:
             cls.popens.append(subprocess.Popen(
-                ["ip", "netns", "exec", NS["ctl"], "slurmctld", "-D", "-f", cls.conf], stdout=log, stderr=log))
+                NET.exec_argv("ctl", ["slurmctld", "-D", "-f", cls.conf]), stdout=log, stderr=log))
             cls.daemons["slurmctld"] = cls.popens[-1].pid
             for n in NODES:  # nsenter, unshare and sh exec in turn: the pid is slurmd's
                 cls.popens.append(subprocess.Popen(
-                    ["nsenter", f"--net=/run/netns/{NS[n]}", "unshare", "--mount", "--propagation", "private", "sh",
-                     "-c", f"mount --bind /etc/netns/{NS[n]}/hosts /etc/hosts && exec slurmd -D -f {cls.conf} -N {n}"],
+                    ["nsenter", f"--net=/run/netns/{NET.ns[n]}", "unshare", "--mount", "--propagation", "private", "sh",
+                     "-c", f"mount --bind {NET.hosts_path(n)} /etc/hosts && exec slurmd -D -f {cls.conf} -N {n}"],
                     stdout=log, stderr=log))
                 cls.daemons[n] = cls.popens[-1].pid
         deadline = time.monotonic() + 30
@@ -230,13 +172,13 @@ class Slurm(LaunchTest):
             stop(cls.daemons[name])
         for p in cls.popens:  # reaped by stop(); this only tells Popen so
             p.wait(timeout=10)
-        delete_network()
+        NET.delete()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     @classmethod
     def client(cls, *args, timeout=30, check=True, env=None):
         """A Slurm command in the controller's namespace (srun and salloc listen there for the nodes)."""
-        return run("ip", "netns", "exec", NS["ctl"], *args, timeout=timeout, check=check,
+        return run(*NET.exec_argv("ctl", args), timeout=timeout, check=check,
                    env=env or {**os.environ, "SLURM_CONF": cls.conf})
 
     def env(self, **extra):
@@ -249,7 +191,7 @@ class Slurm(LaunchTest):
         """Each node's namespace holds its slurmd and nothing else (slurmstepd, dtlaunch, workers)."""
         deadline = time.monotonic() + timeout
         while True:
-            extra = {n: sorted(set(netns_pids(NS[n])) - {self.daemons[n]}) for n in NODES}
+            extra = {n: sorted(set(NET.pids(n)) - {self.daemons[n]}) for n in NODES}
             if not any(extra.values()) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
@@ -351,8 +293,8 @@ class Slurm(LaunchTest):
 
     def test_scancel_leaves_nothing_running_in_any_namespace(self):
         name = f"dtl{self.tag[:8]}"
-        running = Running(["ip", "netns", "exec", NS["ctl"], "srun", "-N3", "--ntasks-per-node=1", f"--job-name={name}",
-                           DTLAUNCH, "--nproc_per_node=2", *self.worker("pause")], self.env())
+        running = Running(NET.exec_argv("ctl", ["srun", "-N3", "--ntasks-per-node=1", f"--job-name={name}", DTLAUNCH,
+                                                "--nproc_per_node=2", *self.worker("pause")]), self.env())
         try:
             running.wait_for(r"ready rank", count=6, timeout=30)
             job = self.client("squeue", "-h", "-n", name, "-o", "%i").stdout.strip()
