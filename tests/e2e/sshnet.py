@@ -21,11 +21,26 @@ import subprocess
 import tempfile
 import threading
 import time
+import unittest
 
-from netns import Network, delete_stale_namespaces, why_no_netns
+from netns import Network, NetworkError, delete_stale_namespaces, why_no_netns
 
 SSHD = "/usr/sbin/sshd"
 LAUNCHER = "l"
+
+
+def started_or_skip(nodes, name, script_name, script):
+    """For a test class's setUpClass: a started SshCluster and a fresh folder holding `script` as
+    `script_name`, or unittest.SkipTest with the reason the network could not be built."""
+    try:
+        cluster = SshCluster(nodes, name=name).start()
+    except (NetworkError, RuntimeError, subprocess.TimeoutExpired) as e:
+        raise unittest.SkipTest(f"cannot build the test network with sshd: {e}")
+    folder = tempfile.mkdtemp(prefix=f"dtl-ssh{name}-")
+    path = os.path.join(folder, script_name)
+    with open(path, "w") as f:
+        f.write(script)
+    return cluster, folder, path
 
 
 def why_no_sshd():

@@ -10,13 +10,11 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 import unittest
 
 from common import DTLAUNCH, Running, have_torch, main, write_allreduce_script
-from netns import NetworkError
-from sshnet import SshCluster, why_no_sshd
+from sshnet import started_or_skip, why_no_sshd
 
 DTL = os.path.realpath(DTLAUNCH)
 PYTHON = "/usr/bin/python3"  # Debian's torch; the remote PATH's python3 may be another one
@@ -36,14 +34,7 @@ time.sleep(float(sys.argv[3]))
 class Fanout(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        try:
-            cls.c = SshCluster(3, name="f").start()
-        except (NetworkError, RuntimeError, subprocess.TimeoutExpired) as e:
-            raise unittest.SkipTest(f"cannot build the test network with sshd: {e}")
-        cls.dir = tempfile.mkdtemp(prefix="dtl-fanout-")
-        cls.sleeper_script = os.path.join(cls.dir, "sleeper.py")
-        with open(cls.sleeper_script, "w") as f:
-            f.write(SLEEPER)
+        cls.c, cls.dir, cls.sleeper_script = started_or_skip(3, "f", "sleeper.py", SLEEPER)
 
     @classmethod
     def tearDownClass(cls):

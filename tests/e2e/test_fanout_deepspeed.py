@@ -19,13 +19,11 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
 from common import DTLAUNCH, main
-from netns import NetworkError
-from sshnet import SshCluster, why_no_sshd
+from sshnet import started_or_skip, why_no_sshd
 
 DTL = os.path.realpath(DTLAUNCH)
 VENV = os.environ.get("DTL_ACCELERATE_VENV", os.path.expanduser("~/.cache/dtlaunch/venv-accelerate"))
@@ -66,14 +64,7 @@ def why_not():
 class DeepspeedFanout(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        try:
-            cls.c = SshCluster(3, name="d").start()
-        except (NetworkError, RuntimeError, subprocess.TimeoutExpired) as e:
-            raise unittest.SkipTest(f"cannot build the test network with sshd: {e}")
-        cls.dir = tempfile.mkdtemp(prefix="dtl-dsfanout-")
-        cls.worker = os.path.join(cls.dir, "worker.py")
-        with open(cls.worker, "w") as f:
-            f.write(WORKER)
+        cls.c, cls.dir, cls.worker = started_or_skip(3, "d", "worker.py", WORKER)
         # deepspeed's runner and pdsh run plain `ssh`: one on PATH with the cluster's client config
         cls.bin = os.path.join(cls.dir, "bin")
         os.mkdir(cls.bin)
