@@ -199,6 +199,12 @@ rlimit original_fd_limit{};
 bool fd_limit_raised = false;
 }  // namespace
 
+uint64_t fd_limit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return uint64_t{1} << 20;
+  return files.rlim_cur;
+}
+
 uint64_t raise_fd_limit() {
   rlimit files{};
   if (getrlimit(RLIMIT_NOFILE, &files) != 0) return 1024;

@@ -90,6 +90,10 @@ std::vector<std::string> host_addresses();
 /// The working directory's absolute path; "." when it cannot be had (removed under us).
 std::string current_directory();
 
+/// The descriptors this process may open: its soft RLIMIT_NOFILE now; 1 << 20 where it is unlimited
+/// or cannot be read (the servers size their caps from it and bound them below that).
+uint64_t fd_limit();
+
 /// Raises the soft RLIMIT_NOFILE to the hard limit, once per process: a rendezvous server needs a
 /// descriptor per node, more than the usual soft limit of 1024. Returns the soft limit now.
 uint64_t raise_fd_limit();

@@ -1,7 +1,5 @@
 #include "rendezvous/server.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -13,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/accept_loop.h"
+#include "base/posix.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/peer_log.h"
 #include "rendezvous/printable.h"
@@ -40,24 +39,17 @@ struct Conn {
   std::deque<Bytes> out;
   bool writing = false;
   tcp::endpoint remote;
-  std::string peer;    ///< its address, for the log
+  std::string peer() const { return remote.address().to_string(); }  ///< for the log
   std::string source;  ///< what the caps count it under
   Clock::time_point last_heard, last_sent;
   int frames = 0;  ///< in this heartbeat interval
   bool joined() const { return !closing && shake.phase == ServerHandshake::Phase::joined; }
 };
 
-/// The descriptors this process may open (its soft limit now).
-uint64_t fd_limit() {
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return 1 << 20;
-  return files.rlim_cur;
-}
-
 /// The caps on connections that have not proven the token: the given ones or the descriptor
 /// limit's share, and with a shared port at least as many as the other protocol takes from anyone.
 AdmissionLimits limits(const ServerOptions& o) {
-  auto l = o.admission ? *o.admission : admission_limits(fd_limit());
+  auto l = o.admission ? *o.admission : admission_limits(posix::fd_limit());
   if (o.shared_port) {
     l.total = std::max(l.total, o.shared_port->connections);
     l.per_source = std::max(l.per_source, o.shared_port->per_address);
@@ -182,7 +174,6 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     sock.set_option(tcp::no_delay(true), ec);
     auto c = std::make_shared<Conn>(std::move(sock), id);
     c->remote = remote;
-    c->peer = remote.address().to_string();
     c->source = source;
     c->last_heard = c->last_sent = now;
     if (opts.shared_port) c->first.emplace();
@@ -310,7 +301,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (!c->member) {
       auto hangup = why == kClosed ? server_hangup(opts.credentials, c->shake) : std::nullopt;
       note_peer(hangup ? Ending::hung_up : how, c->source,
-                hangup ? c->peer + " " + *hangup : "dropped " + c->peer + " before it joined: " + why);
+                hangup ? c->peer() + " " + *hangup : "dropped " + c->peer() + " before it joined: " + why);
     }
     c->closing = true;
     // A write in flight still reads the front buffer: its handler, which closing the socket makes
@@ -328,7 +319,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     c->shake = step.next;
     for (const auto& reply : step.send) send(c, encode(reply));
     if (step.refused) {
-      note_peer(Ending::refused, c->source, "refused " + c->peer + ": " + *step.refused);
+      note_peer(Ending::refused, c->source, "refused " + c->peer() + ": " + *step.refused);
       c->closing = true;
     }
     if (step.joined) {
@@ -336,7 +327,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       admission.leave(c->id);
       c->member = true;
       ++members;
-      apply(round.on_join(c->id, Member{std::move(*step.joined), c->peer}, Clock::now()));
+      apply(round.on_join(c->id, Member{std::move(*step.joined), c->peer()}, Clock::now()));
     }
   }
 

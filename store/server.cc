@@ -1,7 +1,5 @@
 #include "store/server.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <array>
 #include <optional>
@@ -13,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/accept_loop.h"
+#include "base/posix.h"
 
 namespace dtl::store {
 namespace asio = boost::asio;
@@ -38,9 +37,7 @@ struct Conn {
 /// max_connections when not given: half the descriptors this process may open.
 size_t connections_from_fd_limit() {
   constexpr size_t kMost = size_t{1} << 18;
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return kMost;
-  return std::clamp<size_t>(files.rlim_cur / 2, 1, kMost);
+  return std::clamp<size_t>(posix::fd_limit() / 2, 1, kMost);
 }
 
 /// Lines about refused and dropped clients, at most one per interval, so that a flood of bad
