@@ -115,15 +115,6 @@ AgentState::Actions AgentState::on_error(const std::string& why, bool refused) {
 
 AgentState::Actions AgentState::on_signal(int sig) {
   Actions a;
-  if (exit_ && signal_ == 0) {
-    // The job's outcome came first (srun's --kill-on-bad-exit after another node left with it, say):
-    // the signal hurries the stop but does not change this node's exit code.
-    if (group_runs()) {
-      a.push_back(Log{Level::warn, "received " + signal_name(sig) + " while leaving the ended job: killing the workers now"});
-      a.push_back(KillGroup{});
-    }
-    return a;
-  }
   if (signal_ != 0) {
     a.push_back(Log{Level::warn, "received " + signal_name(sig) + " while stopping: killing the workers now"});
     if (group_runs()) a.push_back(KillGroup{});

@@ -325,13 +325,3 @@ TEST_CASE("without the agent store the workers' master is the round's") {
     }
   }
 }
-
-TEST_CASE("a signal after the job's Exit hurries the stop but leaves the job's exit code") {
-  // srun --kill-on-bad-exit: another node left with the job's code 5, and srun terminates this one.
-  auto s = running(1);
-  s.on_exit(rdzv::Exit{5, "workers failed and no restarts are left", {failure(2, 5)}});
-  CHECK(words(s.on_signal(SIGTERM)) == W{"warn: received SIGTERM while leaving the ended job: killing the workers now", "kill"});
-  CHECK(words(s.on_group_finished(success, 0)) == W{"error: the job failed: workers failed and no restarts are left", "leave 5"});
-  CHECK(s.exit_code() == 5);
-  CHECK(words(s.on_signal(SIGTERM)).empty());  // gone: nothing to hurry
-}
