@@ -115,6 +115,16 @@ AgentState::Actions AgentState::on_error(const std::string& why, bool refused) {
 
 AgentState::Actions AgentState::on_signal(int sig) {
   Actions a;
+  if (exit_ && !exit_->failures.empty() && signal_ == 0) {
+    // The job had failed, with a root cause, before the signal (srun's --kill-on-bad-exit after another
+    // node left with the job's code, say): the signal hurries the stop but keeps the root cause's code.
+    // An Exit without failures (a node left on its own signal, the job timed out) is no root cause to keep.
+    if (group_runs()) {
+      a.push_back(Log{Level::warn, "received " + signal_name(sig) + " while leaving the failed job: killing the workers now"});
+      a.push_back(KillGroup{});
+    }
+    return a;
+  }
   if (signal_ != 0) {
     a.push_back(Log{Level::warn, "received " + signal_name(sig) + " while stopping: killing the workers now"});
     if (group_runs()) a.push_back(KillGroup{});
@@ -122,7 +132,7 @@ AgentState::Actions AgentState::on_signal(int sig) {
   }
   a.push_back(Log{Level::warn, "received " + signal_name(sig) + ", stopping the workers and leaving the job"});
   signal_ = sig;
-  a.push_back(CloseClient{});
+  a.push_back(CloseClient{"it received " + signal_name(sig)});
   stop_or_leave(sig, a);
   return a;
 }

@@ -42,8 +42,10 @@ struct KillGroup {};
 struct Send {  ///< Failed, Stopped or Done to the server
   rendezvous::Message message;
 };
-struct CloseClient {};  ///< hang up: the server sees this node leave
-struct ArmBarrier {     ///< on_barrier_timeout after `timeout`, unless cancelled
+struct CloseClient {  ///< tell the server this node leaves, and why, then hang up
+  std::string reason;
+};
+struct ArmBarrier {  ///< on_barrier_timeout after `timeout`, unless cancelled
   std::chrono::seconds timeout;
 };
 struct CancelBarrier {};

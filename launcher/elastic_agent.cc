@@ -120,7 +120,7 @@ class ElasticAgent final : public Runner {
   void act(const agent::StopGroup& a) { group.stop(a.signal); }
   void act(const agent::KillGroup&) { group.kill(); }
   void act(const agent::Send& a) { client->send(a.message); }
-  void act(const agent::CloseClient&) { client->close(); }
+  void act(const agent::CloseClient& c) { client->leave(rdzv::Leaving{c.reason}); }
   void act(const agent::ArmBarrier& a) {
     barrier_timer.expires_after(a.timeout);
     barrier_timer.async_wait([this](const boost::system::error_code& ec) {

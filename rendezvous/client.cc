@@ -34,6 +34,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   bool connected = false;
   ClientHandshake shake;
   bool over = false;  ///< Exit, refusal or error: nothing more is expected
+  bool leaving = false;  ///< over, and a last frame goes out before the hang-up
   Clock::time_point deadline, last_heard, last_sent;
   std::string last_connect_error;
   int sheds = 0;  ///< connections the server closed before answering
@@ -87,7 +88,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   void read() {
     sock.async_read_some(asio::buffer(buf), [self = shared_from_this(), gen = generation](
                                                 const boost::system::error_code& ec, size_t n) {
-      if (self->over || gen != self->generation) return;
+      if (gen != self->generation) return;
+      if (self->leaving) return ec ? self->cancel() : self->read();  // drained up to the server's hang-up
+      if (self->over) return;
       if (ec && self->shed()) return;
       if (ec) {
         return self->fail(ec == asio::error::eof ? "the rendezvous server closed the connection"
@@ -164,9 +167,11 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     writing = true;
     asio::async_write(sock, asio::buffer(out.front()), [self = shared_from_this(), gen = generation](
                                                            const boost::system::error_code& ec, size_t) {
-      if (self->over || gen != self->generation) return;  // a connection given up for a new one
+      if (gen != self->generation || (self->over && !self->leaving)) return;  // given up, or closed
+      if (ec && self->leaving) return self->cancel();
       if (ec) return self->fail("lost the rendezvous server: " + ec.message(), false);
       self->out.pop_front();
+      if (self->leaving && self->out.empty()) return self->hang_up();
       self->write();
     });
   }
@@ -193,6 +198,28 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       if (joined && now - self->last_sent >= self->opts.liveness.interval) self->send(Heartbeat{});
       self->heartbeat();
     });
+  }
+
+  /// Ends a joined connection with `last` (which the server answers by hanging up): nothing more is
+  /// delivered. Anything else just closes.
+  void leave(const Message& last) {
+    if (over) return;
+    const bool joined = connected && shake.phase == ClientHandshake::Phase::joined;
+    over = true;
+    if (!joined) return cancel();
+    leaving = true;
+    retry_timer.cancel();
+    heartbeat_timer.cancel();
+    out.push_back(encode(last));
+    if (!writing) write();
+  }
+
+  /// The last frame is out: no more from this side. The read loop drains what the server still sends
+  /// and closes at its hang-up (closing with its heartbeats unread would reset the connection, which
+  /// can lose the last frame on the server's side), or the socket closes with the client.
+  void hang_up() {
+    boost::system::error_code ignored;
+    sock.shutdown(tcp::socket::shutdown_send, ignored);
   }
 
   void cancel() {
@@ -222,5 +249,6 @@ void Client::close() {
   impl_->over = true;
   impl_->cancel();
 }
+void Client::leave(const Message& last) { impl_->leave(last); }
 
 }  // namespace dtl::rendezvous

@@ -38,6 +38,8 @@ class Client {
   void start();
   void send(const Message& m);
   void close();
+  /// Sends `last` (a Leaving), then hangs up; no callback runs after this. Before the join, closes.
+  void leave(const Message& last);
 
  private:
   struct Impl;

@@ -11,7 +11,7 @@ namespace dtl::rendezvous {
 namespace {
 
 constexpr const char* kNames[] = {"hello", "challenge", "join",    "refused", "round", "heartbeat",
-                                  "failed", "stop",     "stopped", "done",    "exit"};
+                                  "failed", "stop",     "stopped", "done",    "exit",  "leaving"};
 static_assert(std::size(kNames) == std::variant_size_v<Message>);
 
 // On the wire a message's type is its index in Message plus one (0 is never valid).
@@ -197,7 +197,7 @@ void fields(IO& io, M& v) {
     io.i32("min_nodes", v.min_nodes);
     io.i32("max_nodes", v.max_nodes);
     io.u64("agent_id", v.agent_id);
-  } else if constexpr (std::is_same_v<T, Refused> || std::is_same_v<T, Stop>) {
+  } else if constexpr (std::is_same_v<T, Refused> || std::is_same_v<T, Stop> || std::is_same_v<T, Leaving>) {
     io.text("reason", v.reason);
   } else if constexpr (std::is_same_v<T, Round>) {
     io.u32("round", v.round);

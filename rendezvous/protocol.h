@@ -89,7 +89,12 @@ struct Exit {  ///< server -> clients: leave
   std::vector<FailureReport> failures;
   bool operator==(const Exit&) const = default;
 };
-using Message = std::variant<Hello, Challenge, Join, Refused, Round, Heartbeat, Failed, Stop, Stopped, Done, Exit>;
+struct Leaving {  ///< client -> server: this node leaves the job now (a signal stopped it), then hangs up
+  std::string reason;  ///< "it received SIGTERM"
+  bool operator==(const Leaving&) const = default;
+};
+using Message =
+    std::variant<Hello, Challenge, Join, Refused, Round, Heartbeat, Failed, Stop, Stopped, Done, Exit, Leaving>;
 
 /// The whole frame: 4-byte big-endian body length, then version, type, payload. Never over
 /// kMaxFrameBody: names are cut at kMaxName, proofs at kMaxProof; reasons and failure messages share

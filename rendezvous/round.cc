@@ -218,6 +218,14 @@ void RoundState::maybe_decide(Clock::time_point now, Actions& a) {
 }
 
 RoundState::Actions RoundState::on_lost(NodeId id, const std::string& why, Clock::time_point now) {
+  return remove(id, false, why, now);
+}
+
+RoundState::Actions RoundState::on_left(NodeId id, const std::string& why, Clock::time_point now) {
+  return remove(id, true, why, now);
+}
+
+RoundState::Actions RoundState::remove(NodeId id, bool left, const std::string& why, Clock::time_point now) {
   Actions a;
   auto it = members_.find(id);
   if (it == members_.end() || phase_ == Phase::finished) {
@@ -228,7 +236,8 @@ RoundState::Actions RoundState::on_lost(NodeId id, const std::string& why, Clock
     return a;
   }
   const std::string who = describe(id);
-  a.log.push_back(who + " lost: " + why);
+  const std::string gone = who + (left ? " left: " : " lost: ") + why;
+  a.log.push_back(gone);
   const bool was_done = done_.count(id) > 0;
   const bool in_round = in_round_.erase(id) > 0;
   auto round = assigned_.find(id);
@@ -246,6 +255,10 @@ RoundState::Actions RoundState::on_lost(NodeId id, const std::string& why, Clock
     return a;
   }
   if (config_.static_backend || static_cast<int>(members_.size()) < config_.min_nodes) {
+    if (left) {  // no failure: the job ends for the node's reason, which every node prints
+      finish(1, gone, a);
+      return a;
+    }
     FailureReport lost;
     lost.host = who;
     lost.rank = round != assigned_.end() ? round->second.base_rank : -1;
@@ -260,7 +273,7 @@ RoundState::Actions RoundState::on_lost(NodeId id, const std::string& why, Clock
   }
   membership_changed_ = true;
   if (phase_ == Phase::running) {
-    stop_round(who + " lost: forming a smaller group", a);
+    stop_round(who + (left ? " left" : " lost") + ": forming a smaller group", a);
   } else {
     maybe_decide(now, a);
   }

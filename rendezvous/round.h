@@ -73,6 +73,8 @@ class RoundState {
 
   Actions on_join(NodeId id, Member member, Clock::time_point now);
   Actions on_lost(NodeId id, const std::string& why, Clock::time_point now);
+  /// The node said it leaves (a signal stopped it): as lost, but named as leaving, and no failure of its own.
+  Actions on_left(NodeId id, const std::string& why, Clock::time_point now);
   Actions on_failed(NodeId id, std::vector<FailureReport> failures, Clock::time_point now);
   Actions on_stopped(NodeId id, Clock::time_point now);
   Actions on_done(NodeId id, Clock::time_point now);
@@ -94,6 +96,8 @@ class RoundState {
   void stop_round(const std::string& reason, Actions& a, std::optional<NodeId> except = std::nullopt);
   void maybe_decide(Clock::time_point now, Actions& a);
   void finish(int32_t code, const std::string& reason, Actions& a);
+  /// A node gone from the job: lost (`left` false: a failure of the round) or left on its own.
+  Actions remove(NodeId id, bool left, const std::string& why, Clock::time_point now);
   std::string describe(NodeId id) const;
 
   RoundConfig config_;

@@ -68,7 +68,12 @@ class MultiNode(LaunchTest):
             n.wait_for(r"ready rank")
         nodes[1].proc.send_signal(signal.SIGTERM)
         self.assertExitCode(nodes[1].finish(), 128 + signal.SIGTERM)
-        self.assertExitCode(nodes[0].finish(), 1)
+        r0 = nodes[0].finish()
+        self.assertExitCode(r0, 1)
+        # the node said why it left: no "was lost", and no failure summary for a node that failed nothing
+        self.assertRegex(r0.stderr, r"the job failed: [^\n]* \(127\.0\.0\.1\) left: it received SIGTERM\n")
+        self.assertNotIn("was lost", r0.stderr)
+        self.assertNotIn("Root Cause", r0.stderr)
 
     def test_a_wrong_token_is_refused_and_never_joins(self):
         env_good = self.env(DTLAUNCH_RDZV_TOKEN="s3cret")

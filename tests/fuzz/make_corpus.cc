@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
       Stopped{},
       Done{},
       Exit{139, "no restarts left", failures},
+      Leaving{"it received SIGTERM"},
   };
   std::ofstream stream(dir / "stream", std::ios::binary);
   for (const auto& m : messages) {

@@ -65,7 +65,7 @@ std::vector<std::string> words(const AgentState::Actions& actions) {
           } else if constexpr (std::is_same_v<T, Send>) {
             out.push_back(std::string("send ") + rdzv::message_name(a.message));
           } else if constexpr (std::is_same_v<T, CloseClient>) {
-            out.push_back("hang up");
+            out.push_back("hang up: " + a.reason);
           } else if constexpr (std::is_same_v<T, ArmBarrier>) {
             out.push_back("barrier " + std::to_string(a.timeout.count()) + "s");
           } else if constexpr (std::is_same_v<T, CancelBarrier>) {
@@ -234,7 +234,7 @@ TEST_CASE("a rendezvous error while the group runs stops it first") {
 TEST_CASE("a signal stops the group with that signal, hangs up, and the node exits 128+N") {
   auto s = running();
   CHECK(words(s.on_signal(SIGINT)) ==
-        W{"warn: received SIGINT, stopping the workers and leaving the job", "hang up", "stop 2"});
+        W{"warn: received SIGINT, stopping the workers and leaving the job", "hang up: it received SIGINT", "stop 2"});
   CHECK(s.phase() == Phase::stopping_to_leave);
   CHECK(words(s.on_group_finished(success, 0)) == W{"leave 130"});
 }
@@ -249,7 +249,8 @@ TEST_CASE("a second signal while stopping kills the group at once") {
 TEST_CASE("a signal while waiting for a round leaves at once") {
   AgentState s(config());
   CHECK(words(s.on_signal(SIGHUP)) ==
-        W{"warn: received SIGHUP, stopping the workers and leaving the job", "hang up", "leave 129"});
+        W{"warn: received SIGHUP, stopping the workers and leaving the job", "hang up: it received SIGHUP",
+          "leave 129"});
 }
 
 TEST_CASE("a signal decides the exit code over the Exit that came while stopping") {
@@ -258,6 +259,28 @@ TEST_CASE("a signal decides the exit code over the Exit that came while stopping
   s.on_exit(rdzv::Exit{1, "the node hosting the rendezvous left", {}});
   CHECK(words(s.on_group_finished(success, 0)) == W{"error: the job failed: the node hosting the rendezvous left",
                                                    "leave 143"});
+}
+
+TEST_CASE("a signal after the job's failure hurries the stop but keeps the root cause's code") {
+  // srun --kill-on-bad-exit: another node left with the job's code 5, and srun terminates this one.
+  auto s = running(1);
+  s.on_exit(rdzv::Exit{5, "workers failed and no restarts are left", {failure(2, 5)}});
+  CHECK(words(s.on_signal(SIGTERM)) ==
+        W{"warn: received SIGTERM while leaving the failed job: killing the workers now", "kill"});
+  CHECK(words(s.on_group_finished(success, 0)) ==
+        W{"error: the job failed: workers failed and no restarts are left", "leave 5"});
+  CHECK(s.exit_code() == 5);
+  CHECK(words(s.on_signal(SIGTERM)).empty());  // gone: nothing to hurry
+}
+
+TEST_CASE("a signal after an Exit with no failure in it (another node left on its signal) gives 128+N") {
+  // Two nodes signalled at once: the first's leaving reaches this one before its own signal.
+  auto s = running(1);
+  s.on_exit(rdzv::Exit{1, "node-a (10.0.0.1) left: it received SIGTERM", {}});
+  CHECK(words(s.on_signal(SIGTERM)) ==
+        W{"warn: received SIGTERM, stopping the workers and leaving the job", "hang up: it received SIGTERM", "stop 15"});
+  CHECK(words(s.on_group_finished(success, 0)) ==
+        W{"error: the job failed: node-a (10.0.0.1) left: it received SIGTERM", "leave 143"});
 }
 
 TEST_CASE("nothing moves a node that left") {

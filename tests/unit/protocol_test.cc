@@ -36,6 +36,7 @@ std::vector<Message> samples() {
       Stopped{},
       Done{},
       Exit{139, "worker 5 on node-b failed: no restarts left", sample_failures()},
+      Leaving{"it received SIGTERM"},
   };
 }
 
@@ -124,7 +125,7 @@ TEST_CASE("message names are the lowercase type names used in logs") {
   std::vector<std::string> names;
   for (const auto& m : samples()) names.push_back(message_name(m));
   CHECK(names == std::vector<std::string>{"hello", "challenge", "join", "refused", "round", "heartbeat", "failed",
-                                          "stop", "stopped", "done", "exit"});
+                                          "stop", "stopped", "done", "exit", "leaving"});
 }
 
 TEST_CASE("a stream split at any byte boundary decodes to the same messages") {
@@ -214,7 +215,7 @@ TEST_CASE("bodies with a bad version or type are refused by name") {
   CHECK(error_of({0}) == "unsupported protocol version 0");
   CHECK(error_of({1}) == "frame body of 1 byte has no message type");
   CHECK(error_of({1, 0}) == "unknown message type 0");
-  CHECK(error_of({1, 12}) == "unknown message type 12");
+  CHECK(error_of({1, 13}) == "unknown message type 13");
   CHECK(error_of({1, 255}) == "unknown message type 255");
   CHECK(error_of({}) == "empty frame (body length 0)");
   CHECK(error_of(Bytes(kMaxFrameBody + 1, 1)) == "frame body of 65537 bytes exceeds the 65536-byte limit");

@@ -211,6 +211,32 @@ TEST_CASE("a lost node fails a static job on every other node") {
   CHECK(exits[0].second.failures[0].message == "the node was lost (connection closed)");
 }
 
+TEST_CASE("a node that leaves on a signal ends a static job with its reason and no failure of its own") {
+  RoundState s(static_two(3), t0);
+  s.on_join(1, node("n0", 2, 0, 2, 2, 3), t0);
+  s.on_join(2, node("n1", 2, 1, 2, 2, 3), t0);
+  auto a = s.on_left(2, "it received SIGTERM", t0 + 1s);
+  CHECK(a.log == std::vector<std::string>{"n1 (10.0.0.1) left: it received SIGTERM",
+                                          "job over (exit code 1): n1 (10.0.0.1) left: it received SIGTERM"});
+  auto exits = sent<Exit>(a);
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].first == 1);
+  CHECK(exits[0].second.code == 1);
+  CHECK(exits[0].second.reason == "n1 (10.0.0.1) left: it received SIGTERM");
+  CHECK(exits[0].second.failures.empty());
+  CHECK(s.on_lost(2, "connection closed", t0 + 2s).send.empty());  // its hang-up: already gone
+}
+
+TEST_CASE("an elastic job above MIN goes on without a node that left, spending no restart") {
+  RoundState s(elastic(1, 3), t0);
+  for (NodeId id : {1, 2, 3}) s.on_join(id, node("n" + std::to_string(id), 1, -1, 1, 3), t0);
+  REQUIRE(s.phase() == RoundState::Phase::running);
+  auto stops = sent<Stop>(s.on_left(3, "it received SIGINT", t0 + 1s));
+  REQUIRE(stops.size() == 2);
+  CHECK(stops[0].second.reason == "n3 (10.0.0.3) left: forming a smaller group");
+  CHECK(s.members() == 2);
+}
+
 TEST_CASE("an elastic job above MIN re-forms with the survivors and spends no restart") {
   RoundState s(elastic(1, 3), t0);
   s.on_join(1, node("n1", 1, -1, 1, 3), t0);

@@ -8,6 +8,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
 
+#include "rendezvous/client.h"
 #include "tests/support/loopback.h"
 
 using namespace dtl::rendezvous;
@@ -73,4 +74,32 @@ TEST_CASE("the end of the job waits for the members only, not for peers that nev
   server.end_job("test over");
   server.when_empty([&] { empty = true; });
   CHECK(empty);
+}
+
+TEST_CASE("a client that leaves says why before it hangs up, and the others are told that reason") {
+  asio::io_context io;
+  Server server(io, options());
+  std::vector<std::unique_ptr<Client>> clients;
+  int rounds = 0;
+  std::optional<Exit> exit;
+  for (int rank : {0, 1}) {
+    ClientOptions c;
+    c.host = "127.0.0.1";
+    c.port = server.port();
+    c.credentials = {"job42", "s3cret"};
+    c.join.host = "node-" + std::to_string(rank);
+    c.join.node_rank = rank;
+    c.join.min_nodes = c.join.max_nodes = 2;
+    Client::Callbacks cb{[&](const Round&) { ++rounds; }, [](const Stop&) {},
+                         [&](const Exit& e) { exit = e; }, [](const std::string& why, bool) { FAIL(why); }};
+    clients.push_back(std::make_unique<Client>(io, c, cb));
+    clients.back()->start();
+  }
+  REQUIRE(run_until(io, [&] { return rounds == 2; }));
+  clients[1]->leave(Leaving{"it received SIGTERM"});
+  REQUIRE(run_until(io, [&] { return exit.has_value(); }));
+  CHECK(exit->code == 1);
+  CHECK(exit->reason == "node-1 (127.0.0.1) left: it received SIGTERM");
+  CHECK(exit->failures.empty());  // no failure of its own: the reason is the whole story
+  CHECK(run_until(io, [&] { return server.connections() == 1; }));  // its hang-up followed
 }
