@@ -118,7 +118,7 @@ AgentState::Actions AgentState::on_signal(int sig) {
   if (exit_ && !exit_->failures.empty() && signal_ == 0) {
     // The job had failed, with a root cause, before the signal (srun's --kill-on-bad-exit after another
     // node left with the job's code, say): the signal hurries the stop but keeps the root cause's code.
-    // An Exit without failures (a node left on its own signal, the job timed out) is no root cause to keep.
+    // An Exit without failures (another node left on its own signal) is no root cause to keep.
     if (group_runs()) {
       a.push_back(Log{Level::warn, "received " + signal_name(sig) + " while leaving the failed job: killing the workers now"});
       a.push_back(KillGroup{});
@@ -171,7 +171,7 @@ void AgentState::leave(Actions& a) {
   }
   if (signal_) code = 128 + signal_;
   exit_code_ = code;
-  a.push_back(Leave{code});
+  a.push_back(Leave{code, signal_ ? "it received " + signal_name(signal_) : ""});
 }
 
 }  // namespace dtl::launcher

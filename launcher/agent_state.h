@@ -54,6 +54,7 @@ struct Summary {  ///< torchrun's failure summary for these failures to stderr
 };
 struct Leave {  ///< the node is done with the job: end it with this exit code
   int exit_code;
+  std::string why;  ///< "it received SIGTERM" when a signal ended it; else empty
 };
 using Action = std::variant<Log, StartGroup, StopGroup, KillGroup, Send, CloseClient, ArmBarrier, CancelBarrier,
                             Summary, Leave>;

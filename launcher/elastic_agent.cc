@@ -72,6 +72,8 @@ class ElasticAgent final : public Runner {
   std::unique_ptr<store::Server> store;  ///< the workers' store, on the rendezvous's port
   std::unique_ptr<rdzv::Server> server;
   std::unique_ptr<rdzv::Client> client;
+  bool ending = false;    ///< end_job ran
+  std::string leave_why;  ///< Leave's, for the job's end when this node hosts it
 
   static int64_t wall_now_ns() {
     return duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -137,11 +139,25 @@ class ElasticAgent final : public Runner {
     }
     console.write(2, "\n" + format_summary(plan.title, failures, opts.client.join.host) + "\n");
   }
-  void act(const agent::Leave&) {
+  void act(const agent::Leave& a) {
     barrier_timer.cancel();
+    leave_why = a.why;
+    // This node's last word to the rendezvous (why it leaves) goes out before the loop stops; a hosting
+    // node's own server reads it too, so the others hear that reason rather than the host's leaving.
+    drain_timer.expires_after(std::chrono::seconds(1));
+    drain_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) end_job();
+    });
+    client->after_last_word([this] { end_job(); });
+  }
+
+  void end_job() {
+    if (std::exchange(ending, true)) return;
+    drain_timer.cancel();
     if (!server) return finish();
     // The other nodes must get their Exit before the server goes: wait for them to hang up.
-    server->end_job("the node hosting the rendezvous (" + opts.client.join.host + ") left");
+    server->end_job("the node hosting the rendezvous (" + opts.client.join.host + ") left" +
+                    (leave_why.empty() ? "" : ": " + leave_why));
     server->when_empty([this] { finish(); });
     drain_timer.expires_after(std::chrono::seconds(5));
     drain_timer.async_wait([this](const boost::system::error_code& ec) {

@@ -6,6 +6,7 @@
 #include <deque>
 
 #include <boost/asio/connect.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
@@ -35,6 +36,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   ClientHandshake shake;
   bool over = false;  ///< Exit, refusal or error: nothing more is expected
   bool leaving = false;  ///< over, and a last frame goes out before the hang-up
+  bool closed = false;   ///< the socket is closed for good
+  std::function<void()> on_last_word;  ///< after_last_word's: runs once the leaving connection closes
   Clock::time_point deadline, last_heard, last_sent;
   std::string last_connect_error;
   int sheds = 0;  ///< connections the server closed before answering
@@ -222,7 +225,14 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     sock.shutdown(tcp::socket::shutdown_send, ignored);
   }
 
+  void after_last_word(std::function<void()> done) {
+    if (!leaving || closed) return done();
+    on_last_word = std::move(done);
+  }
+
   void cancel() {
+    closed = true;
+    if (on_last_word) asio::post(io, std::exchange(on_last_word, nullptr));
     boost::system::error_code ignored;
     retry_timer.cancel();
     heartbeat_timer.cancel();
@@ -240,6 +250,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 Client::Client(asio::io_context& io, ClientOptions options, Callbacks callbacks)
     : impl_(std::make_shared<Impl>(io, std::move(options), std::move(callbacks))) {}
 Client::~Client() {
+  impl_->on_last_word = nullptr;
   impl_->over = true;
   impl_->cancel();
 }
@@ -250,5 +261,6 @@ void Client::close() {
   impl_->cancel();
 }
 void Client::leave(const Message& last) { impl_->leave(last); }
+void Client::after_last_word(std::function<void()> done) { impl_->after_last_word(std::move(done)); }
 
 }  // namespace dtl::rendezvous

@@ -40,6 +40,9 @@ class Client {
   void close();
   /// Sends `last` (a Leaving), then hangs up; no callback runs after this. Before the join, closes.
   void leave(const Message& last);
+  /// Runs `done` (from the event loop) once a leave()'s last frame is out and the server has hung up,
+  /// or the connection failed; at once when no leave() is under way.
+  void after_last_word(std::function<void()> done);
 
  private:
   struct Impl;

@@ -255,7 +255,10 @@ RoundState::Actions RoundState::remove(NodeId id, bool left, const std::string& 
     return a;
   }
   if (config_.static_backend || static_cast<int>(members_.size()) < config_.min_nodes) {
-    if (left) {  // no failure: the job ends for the node's reason, which every node prints
+    if (left) {
+      // No failure: the job ends for the node's reason, which every node prints. Failures an earlier
+      // restart answered are not why it ends, and a node signalled next must not take them for a root cause.
+      failures_.clear();
       finish(1, gone, a);
       return a;
     }
@@ -297,6 +300,7 @@ RoundState::Actions RoundState::on_tick(Clock::time_point now) {
 
 RoundState::Actions RoundState::on_shutdown(const std::string& reason) {
   Actions a;
+  failures_.clear();  // (as for a node that left: earlier restarts' failures are not why the job ends)
   if (phase_ != Phase::finished) finish(1, reason, a);
   return a;
 }

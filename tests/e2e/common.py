@@ -231,3 +231,13 @@ def main():
     if result.skipped:
         print(f"{ran} test(s) ran, {len(result.skipped)} skipped (above)", file=sys.stderr)
     sys.exit(0)
+
+
+def poll_until(condition, timeout):
+    """For state that no event announces (another process's descriptors, a file): look every 10 ms."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

@@ -6,7 +6,7 @@ import socket
 import time
 import unittest
 
-from common import LaunchTest, free_port, have_torch, main, write_allreduce_script
+from common import LaunchTest, free_port, have_torch, main, poll_until, write_allreduce_script
 
 
 class MultiNode(LaunchTest):
@@ -74,6 +74,18 @@ class MultiNode(LaunchTest):
         self.assertRegex(r0.stderr, r"the job failed: [^\n]* \(127\.0\.0\.1\) left: it received SIGTERM\n")
         self.assertNotIn("was lost", r0.stderr)
         self.assertNotIn("Root Cause", r0.stderr)
+
+    def test_a_sigterm_to_the_hosting_node_whose_workers_finished_ends_the_job_with_that_reason(self):
+        host = self.static(0, 2, *self.worker("touch", self.tmp))
+        other = self.static(1, 2, *self.worker("pause"))
+        other.wait_for(r"ready rank")
+        self.assertTrue(poll_until(lambda: os.path.exists(os.path.join(self.tmp, "0")), timeout=10))
+        time.sleep(0.3)  # its Done goes out: the host waits in the exit barrier, no worker running
+        host.proc.send_signal(signal.SIGTERM)
+        self.assertExitCode(host.finish(), 128 + signal.SIGTERM)
+        r = other.finish(timeout=10)
+        self.assertExitCode(r, 1)
+        self.assertRegex(r.stderr, r"the job failed: [^\n]*left: it received SIGTERM\n")
 
     def test_a_wrong_token_is_refused_and_never_joins(self):
         env_good = self.env(DTLAUNCH_RDZV_TOKEN="s3cret")

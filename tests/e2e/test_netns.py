@@ -350,8 +350,8 @@ class NetNS(LaunchTest):
         for n in "ab":
             nodes[n].proc.send_signal(signal.SIGTERM)
         self.assertExitCode(nodes["a"].finish(timeout=10), 128 + signal.SIGTERM)
-        # b exits 143 when its own signal comes first; when a's leaving does (one os.kill after the other,
-        # a loaded machine), the job ended before b's signal and b says so, with a's reason
+        # b exits 143 when its own signal comes before it has left; when a's leaving ended b's part first
+        # (one os.kill after the other, on a loaded machine), b exits 1 and gives a's reason
         b = nodes["b"].finish(timeout=10)
         if b.returncode != 128 + signal.SIGTERM:
             self.assertExitCode(b, 1)

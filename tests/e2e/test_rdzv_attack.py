@@ -11,7 +11,7 @@ import struct
 import threading
 import time
 
-from common import DTLAUNCH, LaunchTest, Running, free_port, main
+from common import DTLAUNCH, LaunchTest, Running, free_port, main, poll_until
 
 def fd_limits(pid):
     """(soft, hard) RLIMIT_NOFILE of a live process."""
@@ -25,16 +25,6 @@ def fd_limits(pid):
 
 def open_fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def poll_until(condition, timeout):
-    """For state that no event announces (another process's descriptors): look every 10 ms."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def frame(message_type, payload):

@@ -73,7 +73,7 @@ std::vector<std::string> words(const AgentState::Actions& actions) {
           } else if constexpr (std::is_same_v<T, Summary>) {
             out.push_back("summary of " + std::to_string(a.failures.size()));
           } else if constexpr (std::is_same_v<T, Leave>) {
-            out.push_back("leave " + std::to_string(a.exit_code));
+            out.push_back("leave " + std::to_string(a.exit_code) + (a.why.empty() ? "" : " (" + a.why + ")"));
           }
         },
         action);
@@ -236,21 +236,21 @@ TEST_CASE("a signal stops the group with that signal, hangs up, and the node exi
   CHECK(words(s.on_signal(SIGINT)) ==
         W{"warn: received SIGINT, stopping the workers and leaving the job", "hang up: it received SIGINT", "stop 2"});
   CHECK(s.phase() == Phase::stopping_to_leave);
-  CHECK(words(s.on_group_finished(success, 0)) == W{"leave 130"});
+  CHECK(words(s.on_group_finished(success, 0)) == W{"leave 130 (it received SIGINT)"});
 }
 
 TEST_CASE("a second signal while stopping kills the group at once") {
   auto s = running();
   s.on_signal(SIGTERM);
   CHECK(words(s.on_signal(SIGTERM)) == W{"warn: received SIGTERM while stopping: killing the workers now", "kill"});
-  CHECK(words(s.on_group_finished(success, 0)) == W{"leave 143"});
+  CHECK(words(s.on_group_finished(success, 0)) == W{"leave 143 (it received SIGTERM)"});
 }
 
 TEST_CASE("a signal while waiting for a round leaves at once") {
   AgentState s(config());
   CHECK(words(s.on_signal(SIGHUP)) ==
         W{"warn: received SIGHUP, stopping the workers and leaving the job", "hang up: it received SIGHUP",
-          "leave 129"});
+          "leave 129 (it received SIGHUP)"});
 }
 
 TEST_CASE("a signal decides the exit code over the Exit that came while stopping") {
@@ -258,7 +258,7 @@ TEST_CASE("a signal decides the exit code over the Exit that came while stopping
   s.on_signal(SIGTERM);
   s.on_exit(rdzv::Exit{1, "the node hosting the rendezvous left", {}});
   CHECK(words(s.on_group_finished(success, 0)) == W{"error: the job failed: the node hosting the rendezvous left",
-                                                   "leave 143"});
+                                                   "leave 143 (it received SIGTERM)"});
 }
 
 TEST_CASE("a signal after the job's failure hurries the stop but keeps the root cause's code") {
@@ -280,7 +280,7 @@ TEST_CASE("a signal after an Exit with no failure in it (another node left on it
   CHECK(words(s.on_signal(SIGTERM)) ==
         W{"warn: received SIGTERM, stopping the workers and leaving the job", "hang up: it received SIGTERM", "stop 15"});
   CHECK(words(s.on_group_finished(success, 0)) ==
-        W{"error: the job failed: node-a (10.0.0.1) left: it received SIGTERM", "leave 143"});
+        W{"error: the job failed: node-a (10.0.0.1) left: it received SIGTERM", "leave 143 (it received SIGTERM)"});
 }
 
 TEST_CASE("nothing moves a node that left") {
