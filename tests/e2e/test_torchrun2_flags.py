@@ -6,7 +6,7 @@ import os
 import socket
 import subprocess
 
-from common import DTLAUNCH, LaunchTest, main, parse_env
+from common import DTLAUNCH, LaunchTest, Running, free_port, main, parse_env
 
 VENV = os.environ.get("DTL_ACCELERATE_VENV", os.path.expanduser("~/.cache/dtlaunch/venv-accelerate"))
 TORCHRUN = os.path.join(VENV, "bin", "torchrun")
@@ -75,6 +75,32 @@ class Torchrun2(LaunchTest):
             self.assertExitCode(r, 0)
             files.append(filtered_files(log_dir))
         self.assertEqual(files[0], files[1])
+
+    def test_an_ipv6_master_addr_reaches_the_workers_of_a_static_2_node_job_as_torchruns_do(self):
+        # torch 2.15: `torchrun --nnodes 2 --node_rank R --master_addr ::1 ...` gives MASTER_ADDR=::1
+        try:
+            with socket.socket(socket.AF_INET6) as s:
+                s.bind(("::1", 0))
+        except OSError as e:
+            self.skipTest(f"no IPv6 loopback here: {e}")
+        script = "echo MASTER_ADDR=$MASTER_ADDR RANK=$RANK WORLD_SIZE=$WORLD_SIZE"
+        launchers = [[DTLAUNCH]]
+        if os.access(TORCHRUN, os.X_OK):
+            launchers.append([TORCHRUN])
+        seen = []
+        for launcher in launchers:
+            port = free_port()
+            nodes = [Running([*launcher, "--nnodes=2", f"--node_rank={r}", "--nproc_per_node=1", "--master_addr=::1",
+                              f"--master_port={port}", "--no_python", "sh", "-c", script], self.env())
+                     for r in (0, 1)]
+            results = [n.finish(timeout=120) for n in nodes]
+            for r in results:
+                self.assertExitCode(r, 0)
+            seen.append(sorted(line[line.index("MASTER_ADDR="):] for r in results for line in r.stdout.splitlines()
+                               if "MASTER_ADDR=" in line))  # after any line prefix
+        self.assertEqual(seen[0], ["MASTER_ADDR=::1 RANK=0 WORLD_SIZE=2", "MASTER_ADDR=::1 RANK=1 WORLD_SIZE=2"])
+        if len(seen) == 2:
+            self.assertEqual(seen[0], seen[1])
 
     def test_virtual_local_rank_gives_local_rank_0_and_each_worker_its_gpu(self):
         r = self.launch("--master_port=0", "--fake_gpus=2", "--nproc_per_node=2", "--virtual_local_rank",
