@@ -102,6 +102,9 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
     take("deepspeed_inclusion_filter", "include", o.fanout.include, "");
     take("deepspeed_exclusion_filter", "exclude", o.fanout.exclude, "");
     o.fanout.deepspeed_runner = true;
+    // deepspeed's launch.py starts the workers on every host: CROSS_RANK, CROSS_SIZE, LOCAL_SIZE, and
+    // CUDA_VISIBLE_DEVICES narrowed to the host's slots (accelerate passes --no_local_rank: no argument)
+    o.deepspeed_variables = true;
   }
   return std::nullopt;
 }

@@ -88,7 +88,8 @@ struct FanoutOptions {
   std::string remote_dtlaunch = "dtlaunch";  ///< the agents' dtlaunch, on the remote PATH or a path
   /// In deepspeed's runner's place (`dtlaunch deepspeed`, accelerate's DeepSpeed over pdsh...): every
   /// host also gets ~/.deepspeed_env's and ./.deepspeed_env's variables, and PYTHONPATH starting
-  /// with the working directory, as that runner sends them.
+  /// with the working directory, as that runner sends them (accelerate's own PYTHONPATH under
+  /// accelerate launch, which overrides it through ./.deepspeed_env).
   bool deepspeed_runner = false;
   /// This process is one host's agent of a fan-out (`dtlaunch fanout-node ...`): it never fans out itself,
   /// gives its workers /dev/null as stdin, and stops when the launching side closes its stdin.

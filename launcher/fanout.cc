@@ -274,7 +274,10 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
   if (o.fanout.ssh_port) ssh.insert(ssh.end(), {"-p", std::to_string(o.fanout.ssh_port)});
 
   Variables common = forwarded(in.environment);
-  if (o.fanout.deepspeed_runner) {  // deepspeed's multi-node runner: its working directory first, on every host
+  // deepspeed's multi-node runner: its working directory first, on every host; but under accelerate
+  // launch, accelerate's own PYTHONPATH (the inherited one, then the working directory), which it
+  // appends to ./.deepspeed_env, is the one every host ends up with (each agent's worker_variables)
+  if (o.fanout.deepspeed_runner && !o.accelerate.launch) {
     const auto inherited = lookup(in.environment, "PYTHONPATH");
     common.emplace_back("PYTHONPATH", in.cwd + (inherited ? ":" + *inherited : ""));
   }

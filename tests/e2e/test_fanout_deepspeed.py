@@ -1,7 +1,11 @@
 """`dtlaunch deepspeed --hostfile` against the real `deepspeed --hostfile --launcher pdsh` (DeepSpeed
 0.19 over pdsh and OpenSSH), on the same sshd servers in three network namespaces (sshnet.py), launched
 from a fourth: what each worker gets, variable by variable, must be the same, for every slot of the
-hostfile, an --include, an --exclude and --num_nodes/--num_gpus.
+hostfile, an --include, an --exclude and --num_nodes/--num_gpus. And `dtlaunch launch` against the
+real `accelerate launch` (accelerate 1.x) with a multi-machine DeepSpeed file over pdsh, accelerate's
+default: accelerate runs `deepspeed --hostfile H --no_local_rank --launcher pdsh --num_gpus 2
+--master_addr ... --master_port ...` after appending its environment to ./.deepspeed_env (run in a
+folder of its own, and that file removed before dtlaunch runs there, so dtlaunch cannot read it).
 
 The differences left, on purpose:
 - dtlaunch gives torchrun's contract besides (GROUP_RANK, LOCAL_WORLD_SIZE, TORCHELASTIC_*,
@@ -10,6 +14,12 @@ The differences left, on purpose:
   its node when an earlier node has a count of workers that is not a multiple of this node's (an
   --include leaving 1 slot on the first host and 2 on the second gives the second host's workers
   local ranks 1, 0): dtlaunch gives the place (0, 1), as torchrun. Both use each slot once.
+- accelerate sends its whole launching environment (PATH, HOME, LANG, ...) to every host through
+  ./.deepspeed_env, where it also stays, appended to at every run; dtlaunch sends what its fan-out
+  always sends (NCCL_*, PYTHON*, CUDA_* but CUDA_VISIBLE_DEVICES, HF_*, ..., its own settings'
+  variables, the .deepspeed_env files' lines) and leaves each host its own PATH: a variable set only in
+  the launching shell (a WANDB_API_KEY) needs --export or ./.dtlaunch_env. The test lets accelerate's
+  workers have the launching environment's names besides; every other variable must be the same.
 
 Needs root, iproute2, openssh-server, pdsh, and deepspeed in accelerate's venv ($DTL_ACCELERATE_VENV,
 else ~/.cache/dtlaunch/venv-accelerate; scripts/parity/make_venv.sh makes it); skipped with the
@@ -28,6 +38,7 @@ from sshnet import started_or_skip, why_no_sshd
 DTL = os.path.realpath(DTLAUNCH)
 VENV = os.environ.get("DTL_ACCELERATE_VENV", os.path.expanduser("~/.cache/dtlaunch/venv-accelerate"))
 DEEPSPEED = os.path.join(VENV, "bin", "deepspeed")
+ACCELERATE = os.path.join(VENV, "bin", "accelerate")
 VENV_PYTHON = os.path.join(VENV, "bin", "python")
 PYTHONPATH = "/nonexistent/dtl-test-lib"  # the launching side's, which deepspeed puts after its cwd
 
@@ -38,7 +49,7 @@ import json, os, sys
 keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "MASTER_ADDR",
         "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "PYTHONPATH", "PYTORCH_NVML_BASED_CUDA_CHECK", "DTL_DS_ENV")
 got = {"argv": sys.argv[1:], "cwd": os.getcwd(), "names": sorted(os.environ),
-       "env": {k: os.environ.get(k) for k in keys}}
+       "env": {k: os.environ.get(k) for k in keys + tuple(k for k in os.environ if k.startswith("ACCELERATE_"))}}
 sys.stdout.write("GOT " + json.dumps(got, sort_keys=True) + "\\n")
 sys.stdout.flush()
 """
@@ -47,6 +58,24 @@ sys.stdout.flush()
 # Each case's deepspeed arguments, {i} standing for the i-th host.
 CASES = {"every_slot": [], "include": ["--include", "{0}:1@{1}"], "exclude": ["--exclude", "{1}@{2}:0"],
          "num_nodes_gpus": ["--num_nodes", "2", "--num_gpus", "1"]}
+
+# accelerate's multi-machine DeepSpeed through deepspeed's default launcher, {host0} the first host:
+# `accelerate launch` runs `deepspeed --hostfile H --no_local_rank --launcher pdsh --num_gpus 2
+# --master_addr host0 --master_port 29600` after appending its environment to ./.deepspeed_env
+ACCELERATE_CONFIG = """compute_environment: LOCAL_MACHINE
+distributed_type: DEEPSPEED
+deepspeed_config:
+  deepspeed_multinode_launcher: pdsh
+  deepspeed_hostfile: {hostfile}
+  gradient_accumulation_steps: 4
+  zero_stage: 2
+machine_rank: 0
+main_process_ip: {host0}
+main_process_port: 29600
+mixed_precision: bf16
+num_machines: 3
+num_processes: 6
+"""
 
 
 def why_not():
@@ -62,6 +91,7 @@ def why_not():
 
 @unittest.skipIf(why_not(), why_not())
 class DeepspeedFanout(unittest.TestCase):
+    maxDiff = None
     @classmethod
     def setUpClass(cls):
         cls.c, cls.dir, cls.worker = started_or_skip(3, "d", "worker.py", WORKER)
@@ -78,8 +108,28 @@ class DeepspeedFanout(unittest.TestCase):
             f.write("DTL_DS_ENV = from-file\n")
         # deepspeed's runs, all at once: each imports torch on the launcher and on every host
         # (about 15 s apiece on 2 cores), so one after the other they would take a minute
-        with ThreadPoolExecutor(len(CASES)) as pool:
+        cls.accelerate_dir = os.path.join(cls.dir, "accelerate")  # its own ./.deepspeed_env, which it appends to
+        os.mkdir(cls.accelerate_dir)
+        cls.accelerate_config = os.path.join(cls.dir, "accelerate.yaml")
+        with open(cls.accelerate_config, "w") as f:
+            f.write(ACCELERATE_CONFIG.format(hostfile=cls.hostfile, host0=cls.c.hosts[0]))
+        with ThreadPoolExecutor(len(CASES) + 1) as pool:
+            accelerate = pool.submit(cls.run_accelerate) if os.access(ACCELERATE, os.X_OK) else None
             cls.real = dict(zip(CASES, pool.map(cls.run_deepspeed, CASES.values())))
+            cls.accelerate = accelerate and accelerate.result()
+        # what accelerate left there for deepspeed's runner; gone before dtlaunch runs in that folder
+        cls.accelerate_env_file = os.path.join(cls.accelerate_dir, ".deepspeed_env")
+        cls.accelerate_appended = ""
+        if os.path.exists(cls.accelerate_env_file):
+            with open(cls.accelerate_env_file) as f:
+                cls.accelerate_appended = f.read()
+            os.unlink(cls.accelerate_env_file)
+
+    @classmethod
+    def run_accelerate(cls):
+        argv = [ACCELERATE, "launch", "--config_file", cls.accelerate_config, cls.worker, "--x", "1"]
+        return subprocess.run(cls.c.launcher_argv(argv), capture_output=True, text=True, timeout=120, env=cls.env(),
+                              cwd=cls.accelerate_dir, stdin=subprocess.DEVNULL)
 
     @classmethod
     def run_deepspeed(cls, args):
@@ -120,15 +170,19 @@ class DeepspeedFanout(unittest.TestCase):
         self.assertEqual({w["env"]["DTL_DS_ENV"] for w in real.values()}, {"from-file"})  # both() compares dtlaunch's
 
     def both(self, case, ranks):
-        """Each worker's variables under deepspeed and under dtlaunch, which must be the same, but for
-        LOCAL_RANK where deepspeed's RANK % LOCAL_SIZE is not the worker's place on its node; returns
-        deepspeed's workers and the ranks whose LOCAL_RANK differs that way."""
-        real = self.workers(self.real[case], "deepspeed")
+        """Each worker's variables under deepspeed and under `dtlaunch deepspeed` with the case's arguments."""
         argv = [DTL, "deepspeed", "--hostfile", self.hostfile, "--ssh_command", self.c.ssh_command(), "--remote_dtlaunch",
                 DTL, *[a.format(*self.c.hosts) for a in CASES[case]], self.worker, "--x", "1"]
+        return self.compare(self.workers(self.real[case], "deepspeed"), argv, self.dir, ranks)
+
+    def compare(self, real, argv, cwd, ranks, launching_side=()):
+        """Each worker's variables under deepspeed (`real`) and under dtlaunch's `argv` run in `cwd`,
+        which must be the same, but for LOCAL_RANK where deepspeed's RANK % LOCAL_SIZE is not the
+        worker's place on its node; and every variable deepspeed's worker has, dtlaunch's has, but for
+        `launching_side`. Returns deepspeed's workers and the ranks whose LOCAL_RANK differs that way."""
         ours = self.workers(subprocess.run(self.c.launcher_argv(argv), capture_output=True, text=True, timeout=60,
                                            env=self.env(PYTHON_EXEC=VENV_PYTHON),  # deepspeed's workers run on its python
-                                           cwd=self.dir, stdin=subprocess.DEVNULL), "dtlaunch")
+                                           cwd=cwd, stdin=subprocess.DEVNULL), "dtlaunch")
         self.assertEqual(sorted(real), list(range(ranks)), real)
         self.assertEqual(sorted(ours), list(range(ranks)), ours)
         quirks = []
@@ -145,7 +199,7 @@ class DeepspeedFanout(unittest.TestCase):
             self.assertEqual({k: a[k] for k in ("host", "argv", "cwd", "env")},
                              {k: b[k] for k in ("host", "argv", "cwd", "env")}, f"rank {rank}")
             # every variable deepspeed gives, dtlaunch gives (`_` is the remote shell's)
-            self.assertEqual(set(a["names"]) - set(b["names"]) - {"_"}, set(), f"rank {rank}")
+            self.assertEqual(set(a["names"]) - set(b["names"]) - {"_", *launching_side}, set(), f"rank {rank}")
         return real, quirks
 
     def test_every_slot_of_the_hostfile(self):
@@ -176,6 +230,26 @@ class DeepspeedFanout(unittest.TestCase):
         self.assertEqual(quirks, [])
         self.assertEqual([real[r]["host"] for r in range(2)], self.c.hosts[:2])
         self.assertEqual(real[1]["env"]["CUDA_VISIBLE_DEVICES"], "0")
+
+    @unittest.skipIf(not os.access(ACCELERATE, os.X_OK), f"no accelerate at {ACCELERATE} ($DTL_ACCELERATE_VENV)")
+    def test_accelerate_launch_deepspeed_over_pdsh(self):
+        real = self.workers(self.accelerate, "accelerate")
+        # accelerate's variables reached deepspeed's workers through the file it appended to
+        self.assertIn("ACCELERATE_USE_DEEPSPEED=true\n", self.accelerate_appended)
+        self.assertFalse(os.path.exists(self.accelerate_env_file))  # dtlaunch's run below cannot read it
+        argv = [DTL, "launch", "--config_file", self.accelerate_config, "--ssh_command", self.c.ssh_command(),
+                "--remote_dtlaunch", DTL, self.worker, "--x", "1"]
+        real, quirks = self.compare(real, argv, self.accelerate_dir, ranks=6, launching_side=self.env())
+        self.assertEqual(quirks, [])
+        w = real[3]["env"]
+        self.assertEqual(real[3]["host"], self.c.hosts[1])
+        self.assertEqual((w["LOCAL_RANK"], w["WORLD_SIZE"], w["LOCAL_SIZE"], w["CROSS_RANK"], w["CROSS_SIZE"]),
+                         ("1", "6", "2", "1", "3"))
+        self.assertEqual((w["MASTER_ADDR"], w["MASTER_PORT"], w["CUDA_VISIBLE_DEVICES"]), (self.c.hosts[0], "29600", "0,1"))
+        self.assertEqual((w["ACCELERATE_USE_DEEPSPEED"], w["ACCELERATE_DEEPSPEED_ZERO_STAGE"],
+                          w["ACCELERATE_MIXED_PRECISION"], w["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"]),
+                         ("true", "2", "bf16", "4"))
+        self.assertEqual(real[3]["argv"], ["--x", "1"])  # --no_local_rank
 
 
 if __name__ == "__main__":

@@ -110,6 +110,9 @@ TEST_CASE("accelerate's flags that dtlaunch cannot honour are refused with one l
   const auto pdsh = ok({"launch", "--use_deepspeed", "--num_machines=2", "--num_processes=2", "--main_process_ip=h", "t.py"});
   CHECK(pdsh.fanout.hostfile == "/job/hostfile");
   CHECK(pdsh.source("hostfile").where == "deepspeed's default hostfile");
+  // deepspeed's launch.py starts the workers there: its variables (CROSS_RANK, ...) and GPU narrowing
+  CHECK(pdsh.deepspeed_variables);
+  CHECK(pdsh.local_rank_arg == LaunchOptions::LocalRankArg::none);  // accelerate's --no_local_rank
   const auto filtered = ok({"launch", "--use_deepspeed", "--num_machines=2", "--deepspeed_hostfile=hf",
                             "--deepspeed_inclusion_filter=a@b", "t.py"});
   CHECK(filtered.fanout.hostfile == "hf");
@@ -119,6 +122,7 @@ TEST_CASE("accelerate's flags that dtlaunch cannot honour are refused with one l
                             "--deepspeed_multinode_launcher=standard", "--deepspeed_hostfile=hf", "t.py"});
   CHECK(standard.max_nodes == 2);
   CHECK(standard.fanout.hostfile.empty());
+  CHECK_FALSE(standard.deepspeed_variables);  // torchrun's workers
   CHECK(error({"launch", "--use_fsdp", "--fsdp_sync_module_states=false", "t.py"}).find(
             "fsdp_cpu_ram_efficient_loading needs fsdp_sync_module_states") != std::string::npos);
   CHECK(error({"launch", "--dynamo_backend=fast", "t.py"}).rfind("--dynamo_backend: expected NO or EAGER", 0) == 0);

@@ -146,6 +146,11 @@ TEST_CASE("fan-out plan: after `deepspeed`, the working directory leads every ho
   in.environment.push_back("PYTHONPATH=/lib/a:/lib/b");
   CHECK(vars_of(plan(options({"deepspeed", "--hostfile", "hf"}), in).nodes[1])["PYTHONPATH"] == "/work/it's here:/lib/a:/lib/b");
   CHECK(vars_of(plan(options({"--hostfile", "hf"}), in).nodes[1])["PYTHONPATH"] == "/lib/a:/lib/b");
+  // accelerate's DeepSpeed over pdsh: accelerate's PYTHONPATH, appended to ./.deepspeed_env, wins over
+  // the runner's; each host's agent adds the working directory last, as accelerate does
+  const auto accelerate = options({"launch", "--use_deepspeed", "--num_machines=2", "--deepspeed_hostfile=hf", "t.py"});
+  REQUIRE(accelerate.fanout.deepspeed_runner);
+  CHECK(vars_of(plan(accelerate, in).nodes[1])["PYTHONPATH"] == "/lib/a:/lib/b");
 }
 
 TEST_CASE("fan-out plan: this machine's CUDA_VISIBLE_DEVICES stays here, other CUDA_ variables go, --export sends it") {
