@@ -86,12 +86,19 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
     return Error{o.source("fsdp_cpu_ram_efficient_loading").where + ": fsdp_cpu_ram_efficient_loading needs "
                  "fsdp_sync_module_states (" + o.source("fsdp_sync_module_states").where + ") to be true, as accelerate says"};
   }
-  // DeepSpeed on several machines through its launchers (pdsh, openmpi, ...): accelerate runs
-  // `deepspeed --hostfile` on this machine, which starts every host; dtlaunch's ssh fan-out does that.
-  // `standard` and `nossh` start one launcher per machine, as torchrun.
+  // DeepSpeed on several machines through deepspeed's runner (any launcher but `standard`, which is
+  // torchrun): its launch.py starts the workers on every machine, with CROSS_RANK, CROSS_SIZE,
+  // LOCAL_SIZE and CUDA_VISIBLE_DEVICES narrowed to the machine's slots. accelerate passes
+  // --no_local_rank to all but `nossh`, where launch.py adds --local_rank=N to the script's arguments.
   const std::string launcher = value("deepspeed_multinode_launcher", "pdsh");
-  if (value("use_deepspeed", "0") == "1" && o.max_nodes > 1 && launcher != "standard" && launcher != "nossh" &&
-      o.fanout.hostfile.empty() && o.fanout.hosts.empty()) {
+  if (value("use_deepspeed", "0") != "1" || o.max_nodes <= 1 || launcher == "standard") return std::nullopt;
+  o.deepspeed_variables = true;
+  if (launcher == "nossh") {  // `deepspeed --no_ssh --node_rank R` on each machine: one dtlaunch per machine
+    o.local_rank_arg = LaunchOptions::LocalRankArg::underscore;
+    return std::nullopt;
+  }
+  // pdsh, openmpi, ...: `deepspeed --hostfile` on this machine starts every host: dtlaunch's ssh fan-out.
+  if (o.fanout.hostfile.empty() && o.fanout.hosts.empty()) {
     const auto take = [&](const char* from, const char* to, std::string& field, const char* fallback) {
       auto it = v.find(from);
       field = it == v.end() ? fallback : it->second;
@@ -102,9 +109,6 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
     take("deepspeed_inclusion_filter", "include", o.fanout.include, "");
     take("deepspeed_exclusion_filter", "exclude", o.fanout.exclude, "");
     o.fanout.deepspeed_runner = true;
-    // deepspeed's launch.py starts the workers on every host: CROSS_RANK, CROSS_SIZE, LOCAL_SIZE, and
-    // CUDA_VISIBLE_DEVICES narrowed to the host's slots (accelerate passes --no_local_rank: no argument)
-    o.deepspeed_variables = true;
   }
   return std::nullopt;
 }

@@ -440,7 +440,8 @@ const std::vector<Flag> kFlags = {
         "`ACCELERATE_DEEPSPEED_CONFIG_FILE`"),
     acc(Setting::deepspeed_multinode_launcher, "deepspeed_multinode_launcher", kAccDeepspeed, Type::text,
         "several machines: `standard` and `nossh` start one dtlaunch per machine (torchrun's way); `pdsh` (the "
-        "default), `openmpi`, `mvapich`, `mpich`: dtlaunch's ssh fan-out over `deepspeed_hostfile`"),
+        "default), `openmpi`, `mvapich`, `mpich`: dtlaunch's ssh fan-out over `deepspeed_hostfile`; all but "
+        "`standard` give deepspeed's `CROSS_RANK`, `CROSS_SIZE`, `LOCAL_SIZE` (and `nossh` `--local_rank=N`)"),
     acc(Setting::deepspeed_hostfile, "deepspeed_hostfile", kAccDeepspeed, Type::text,
         "the hosts of a multi-machine DeepSpeed run (`--hostfile`; default `/job/hostfile`, as deepspeed's)"),
     acc(Setting::deepspeed_exclusion_filter, "deepspeed_exclusion_filter", kAccDeepspeed, Type::text,

@@ -173,16 +173,19 @@ class DeepspeedFanout(unittest.TestCase):
         """Each worker's variables under deepspeed and under `dtlaunch deepspeed` with the case's arguments."""
         argv = [DTL, "deepspeed", "--hostfile", self.hostfile, "--ssh_command", self.c.ssh_command(), "--remote_dtlaunch",
                 DTL, *[a.format(*self.c.hosts) for a in CASES[case]], self.worker, "--x", "1"]
-        return self.compare(self.workers(self.real[case], "deepspeed"), argv, self.dir, ranks)
+        return self.compare(self.workers(self.real[case], "deepspeed"), self.run_dtlaunch(argv, self.dir), ranks)
 
-    def compare(self, real, argv, cwd, ranks, launching_side=()):
-        """Each worker's variables under deepspeed (`real`) and under dtlaunch's `argv` run in `cwd`,
-        which must be the same, but for LOCAL_RANK where deepspeed's RANK % LOCAL_SIZE is not the
-        worker's place on its node; and every variable deepspeed's worker has, dtlaunch's has, but for
-        `launching_side`. Returns deepspeed's workers and the ranks whose LOCAL_RANK differs that way."""
-        ours = self.workers(subprocess.run(self.c.launcher_argv(argv), capture_output=True, text=True, timeout=60,
+    def run_dtlaunch(self, argv, cwd):
+        """dtlaunch's workers, `argv` run in the launcher namespace in `cwd`."""
+        return self.workers(subprocess.run(self.c.launcher_argv(argv), capture_output=True, text=True, timeout=60,
                                            env=self.env(PYTHON_EXEC=VENV_PYTHON),  # deepspeed's workers run on its python
                                            cwd=cwd, stdin=subprocess.DEVNULL), "dtlaunch")
+
+    def compare(self, real, ours, ranks, launching_side=()):
+        """Each worker's variables under deepspeed (`real`) and under dtlaunch (`ours`), which must be
+        the same, but for LOCAL_RANK where deepspeed's RANK % LOCAL_SIZE is not the worker's place on
+        its node; and every variable deepspeed's worker has, dtlaunch's has, but for `launching_side`.
+        Returns deepspeed's workers and the ranks whose LOCAL_RANK differs that way."""
         self.assertEqual(sorted(real), list(range(ranks)), real)
         self.assertEqual(sorted(ours), list(range(ranks)), ours)
         quirks = []
@@ -239,7 +242,7 @@ class DeepspeedFanout(unittest.TestCase):
         self.assertFalse(os.path.exists(self.accelerate_env_file))  # dtlaunch's run below cannot read it
         argv = [DTL, "launch", "--config_file", self.accelerate_config, "--ssh_command", self.c.ssh_command(),
                 "--remote_dtlaunch", DTL, self.worker, "--x", "1"]
-        real, quirks = self.compare(real, argv, self.accelerate_dir, ranks=6, launching_side=self.env())
+        real, quirks = self.compare(real, self.run_dtlaunch(argv, self.accelerate_dir), ranks=6, launching_side=self.env())
         self.assertEqual(quirks, [])
         w = real[3]["env"]
         self.assertEqual(real[3]["host"], self.c.hosts[1])
@@ -250,6 +253,39 @@ class DeepspeedFanout(unittest.TestCase):
                           w["ACCELERATE_MIXED_PRECISION"], w["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"]),
                          ("true", "2", "bf16", "4"))
         self.assertEqual(real[3]["argv"], ["--x", "1"])  # --no_local_rank
+
+    def on_each_machine(self, program, cwd):
+        """`program` with accelerate's nossh file for machine i run on host i, all at once: the workers
+        of every host, as workers() gives them."""
+        def run(i):
+            config = os.path.join(self.dir, f"nossh{i}.yaml")
+            with open(config, "w") as f:
+                f.write(ACCELERATE_CONFIG.format(hostfile=self.hostfile, host0=self.c.hosts[0])
+                        .replace("pdsh", "nossh").replace("machine_rank: 0", f"machine_rank: {i}"))
+            argv = [*program, "--config_file", config, self.worker, "--x", "1"]
+            r = subprocess.run(self.c.net.exec_argv(self.c.nodes[i], argv), capture_output=True, text=True, timeout=150,
+                               env=self.env(PYTHON_EXEC=VENV_PYTHON), cwd=cwd, stdin=subprocess.DEVNULL)
+            r.stdout = "".join(f"{self.c.hosts[i]}: {line}\n" for line in r.stdout.splitlines())  # as over ssh
+            return r
+        with ThreadPoolExecutor(len(self.c.nodes)) as pool:
+            results = list(pool.map(run, range(len(self.c.nodes))))
+        out = {}
+        for i, r in enumerate(results):
+            out.update(self.workers(r, f"{program[0]} on {self.c.hosts[i]}"))
+        return out
+
+    @unittest.skipIf(not os.access(ACCELERATE, os.X_OK), f"no accelerate at {ACCELERATE} ($DTL_ACCELERATE_VENV)")
+    def test_accelerate_launch_deepspeed_nossh(self):
+        cwd = os.path.join(self.dir, "nossh")
+        os.mkdir(cwd)
+        real = self.on_each_machine([ACCELERATE, "launch"], cwd)
+        os.unlink(os.path.join(cwd, ".deepspeed_env"))  # what accelerate appended (deepspeed's runner does not read it here)
+        ours = self.on_each_machine([DTL, "launch"], cwd)
+        real, quirks = self.compare(real, ours, ranks=6)
+        self.assertEqual(quirks, [])
+        w = real[3]["env"]
+        self.assertEqual((w["LOCAL_SIZE"], w["CROSS_RANK"], w["CROSS_SIZE"], w["CUDA_VISIBLE_DEVICES"]), ("2", "1", "3", "0,1"))
+        self.assertEqual(real[3]["argv"], ["--local_rank=1", "--x", "1"])  # no --no_local_rank under nossh
 
 
 if __name__ == "__main__":

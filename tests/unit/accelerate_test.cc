@@ -123,6 +123,13 @@ TEST_CASE("accelerate's flags that dtlaunch cannot honour are refused with one l
   CHECK(standard.max_nodes == 2);
   CHECK(standard.fanout.hostfile.empty());
   CHECK_FALSE(standard.deepspeed_variables);  // torchrun's workers
+  // nossh: `deepspeed --no_ssh --node_rank R` on each machine, without --no_local_rank
+  const auto nossh = ok({"launch", "--use_deepspeed", "--num_machines=2", "--num_processes=2", "--main_process_ip=h",
+                         "--deepspeed_multinode_launcher=nossh", "--deepspeed_hostfile=hf", "t.py"});
+  CHECK(nossh.fanout.hostfile.empty());
+  CHECK(nossh.deepspeed_variables);
+  CHECK(nossh.local_rank_arg == LaunchOptions::LocalRankArg::underscore);
+  CHECK_FALSE(ok({"launch", "--use_deepspeed", "--num_processes=2", "t.py"}).deepspeed_variables);  // one machine: torchrun
   CHECK(error({"launch", "--use_fsdp", "--fsdp_sync_module_states=false", "t.py"}).find(
             "fsdp_cpu_ram_efficient_loading needs fsdp_sync_module_states") != std::string::npos);
   CHECK(error({"launch", "--dynamo_backend=fast", "t.py"}).rfind("--dynamo_backend: expected NO or EAGER", 0) == 0);
