@@ -5,7 +5,9 @@ hostfile, an --include, an --exclude and --num_nodes/--num_gpus. And `dtlaunch l
 real `accelerate launch` (accelerate 1.x) with a multi-machine DeepSpeed file over pdsh, accelerate's
 default: accelerate runs `deepspeed --hostfile H --no_local_rank --launcher pdsh --num_gpus 2
 --master_addr ... --master_port ...` after appending its environment to ./.deepspeed_env (run in a
-folder of its own, and that file removed before dtlaunch runs there, so dtlaunch cannot read it).
+folder of its own, and that file removed before dtlaunch runs there, so dtlaunch cannot read it);
+and with `nossh`, where each machine runs `accelerate launch` (`deepspeed --hostfile H --node_rank R
+--no_ssh`, workers with --local_rank=N) and `dtlaunch launch` in its place, all three at once.
 
 The differences left, on purpose:
 - dtlaunch gives torchrun's contract besides (GROUP_RANK, LOCAL_WORLD_SIZE, TORCHELASTIC_*,
