@@ -222,7 +222,9 @@ RoundState::Actions RoundState::on_lost(NodeId id, const std::string& why, Clock
 }
 
 RoundState::Actions RoundState::on_left(NodeId id, const std::string& why, Clock::time_point now) {
-  return remove(id, true, why, now);
+  auto a = remove(id, true, why, now);
+  a.drop.push_back(id);  // by its own word: the hang-up that follows is no loss
+  return a;
 }
 
 RoundState::Actions RoundState::remove(NodeId id, bool left, const std::string& why, Clock::time_point now) {

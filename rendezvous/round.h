@@ -73,7 +73,8 @@ class RoundState {
 
   Actions on_join(NodeId id, Member member, Clock::time_point now);
   Actions on_lost(NodeId id, const std::string& why, Clock::time_point now);
-  /// The node said it leaves (a signal stopped it): as lost, but named as leaving, and no failure of its own.
+  /// The node said it leaves (a signal stopped it): as lost, but named as leaving, and no failure of its
+  /// own; its connection is dropped.
   Actions on_left(NodeId id, const std::string& why, Clock::time_point now);
   Actions on_failed(NodeId id, std::vector<FailureReport> failures, Clock::time_point now);
   Actions on_stopped(NodeId id, Clock::time_point now);

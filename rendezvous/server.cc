@@ -339,13 +339,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (auto* f = std::get_if<Failed>(&m)) return apply(round.on_failed(c->id, f->failures, now));
     if (std::holds_alternative<Stopped>(m)) return apply(round.on_stopped(c->id, now));
     if (std::holds_alternative<Done>(m)) return apply(round.on_done(c->id, now));
-    if (auto* l = std::get_if<Leaving>(&m)) {
-      // Gone from the round now, by its own word: the hang-up that follows is no loss.
-      apply(round.on_left(c->id, l->reason, now));
-      c->closing = true;
-      if (!c->writing) close(c);
-      return;
-    }
+    if (auto* l = std::get_if<Leaving>(&m)) return apply(round.on_left(c->id, l->reason, now));
     drop(c, Ending::dropped, std::string("unexpected ") + message_name(m));
   }
 

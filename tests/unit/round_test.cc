@@ -224,6 +224,7 @@ TEST_CASE("a node that leaves on a signal ends a static job with its reason and 
   CHECK(exits[0].second.code == 1);
   CHECK(exits[0].second.reason == "n1 (10.0.0.1) left: it received SIGTERM");
   CHECK(exits[0].second.failures.empty());
+  CHECK(a.drop == std::vector<NodeId>{2});
   CHECK(s.on_lost(2, "connection closed", t0 + 2s).send.empty());  // its hang-up: already gone
 }
 
