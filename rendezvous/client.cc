@@ -36,7 +36,6 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   ClientHandshake shake;
   bool over = false;  ///< Exit, refusal or error: nothing more is expected
   bool leaving = false;  ///< over, and a last frame goes out before the hang-up
-  bool closed = false;   ///< the socket is closed for good
   std::function<void()> on_last_word;  ///< after_last_word's: runs once the leaving connection closes
   Clock::time_point deadline, last_heard, last_sent;
   std::string last_connect_error;
@@ -226,12 +225,11 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   }
 
   void after_last_word(std::function<void()> done) {
-    if (!leaving || closed) return done();
+    if (!leaving || !sock.is_open()) return done();  // (only cancel() closes a leaving connection)
     on_last_word = std::move(done);
   }
 
   void cancel() {
-    closed = true;
     if (on_last_word) asio::post(io, std::exchange(on_last_word, nullptr));
     boost::system::error_code ignored;
     retry_timer.cancel();
