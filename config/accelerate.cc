@@ -163,7 +163,7 @@ std::string python_float(double v) {
 
 AccelerateLauncher accelerate_launcher(const LaunchOptions& o, const AccelerateHost& host) {
   const Settings s(o.accelerate);
-  if (o.use_cpu) return AccelerateLauncher::simple;
+  if (o.accelerate.cpu_flag) return AccelerateLauncher::simple;
   if (s.on("use_deepspeed")) return AccelerateLauncher::deepspeed;
   if (s.on("use_fsdp") || s.on("multi_gpu")) return AccelerateLauncher::multi_gpu;
   // Neither a file nor a flag chose: more than one GPU and more than one process turn on multi-GPU.
@@ -177,8 +177,9 @@ std::vector<std::pair<std::string, std::string>> accelerate_variables(const Laun
   const AccelerateLauncher launcher = accelerate_launcher(o, host);
   Vars vars;
   if (launcher == AccelerateLauncher::simple) {
-    vars.emplace_back("ACCELERATE_USE_CPU", o.accelerate.use_cpu ? "True" : "False");
-    if (o.accelerate.use_cpu) {
+    const bool cpu = o.accelerate.cpu_flag || o.accelerate.use_cpu;  // `str(args.cpu or args.use_cpu)`
+    vars.emplace_back("ACCELERATE_USE_CPU", cpu ? "True" : "False");
+    if (cpu) {
       vars.emplace_back("KMP_AFFINITY", "granularity=fine,compact,1,0");
       vars.emplace_back("KMP_BLOCKTIME", "1");
     }

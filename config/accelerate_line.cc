@@ -64,12 +64,29 @@ std::optional<Error> accelerate_spellings(const TypedValues& cl, std::vector<Res
   return std::nullopt;
 }
 
+/// Whether a setting counts as one of accelerate launch's flags: given as a flag, a PET_* variable or
+/// in dtlaunch's own file. accelerate reads its file after its flags, and never ACCELERATE_USE_CPU.
+bool as_flag(const Resolved& s, const LaunchOptions& o) {
+  switch (s.source.kind) {
+    case Source::Kind::flag: return true;
+    case Source::Kind::env: return s.source.where.rfind("PET_", 0) == 0;
+    case Source::Kind::file: return !o.accelerate.file;
+    default: return false;
+  }
+}
+
 /// accelerate's rules between its own settings.
 std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& settings, LaunchOptions& o) {
   const Resolved* kind = nullptr;
+  const auto from_file = [&](const Resolved& s) { return s.source.kind == Source::Kind::file && o.accelerate.file; };
   for (Setting id : {Setting::use_cpu, Setting::multi_gpu, Setting::use_fsdp, Setting::use_deepspeed}) {
     const Resolved& s = settings[static_cast<size_t>(id)];
     if (s.text != "1") continue;
+    // ACCELERATE_USE_CPU and a file's use_cpu choose no kind of run: accelerate launch goes by --cpu and distributed_type
+    const bool cpu = id == Setting::use_cpu;
+    if (cpu && !as_flag(s, o)) continue;
+    // --cpu over a file's distributed_type is a CPU run, as accelerate runs it (`use_deepspeed and not cpu`)
+    if (kind && kind->flag->id == Setting::use_cpu && from_file(s)) continue;
     if (kind) {
       return Error{kind->source.where + " and " + s.source.where + " choose two kinds of run; accelerate takes one of "
                    "--cpu, --multi_gpu, --use_deepspeed, --use_fsdp at a time"};
@@ -141,22 +158,20 @@ void take_accelerate_facts(bool launch, const ConfigFile* file, const std::vecto
   if (launch && o.source("nproc_per_node").kind == Source::Kind::default_) {
     o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
   }
-  for (Setting id : {Setting::use_cpu, Setting::multi_gpu, Setting::use_fsdp, Setting::use_deepspeed}) {
+  o.accelerate.cpu_flag = o.use_cpu && as_flag(settings[static_cast<size_t>(Setting::use_cpu)], o);
+  o.accelerate.chosen = o.accelerate.cpu_flag || accelerate_file;
+  for (Setting id : {Setting::multi_gpu, Setting::use_fsdp, Setting::use_deepspeed}) {
     o.accelerate.chosen |= settings[static_cast<size_t>(id)].source.kind != Source::Kind::default_;
   }
-  o.accelerate.chosen |= accelerate_file;
   // accelerate's --gradient_clipping is a float: str(1.0) is "1.0"; a file's value is as YAML wrote it.
   auto clipping = o.accelerate.values.find("gradient_clipping");
   if (clipping != o.accelerate.values.end() && o.source("gradient_clipping").kind != Source::Kind::file) {
     clipping->second = python_float(std::strtod(clipping->second.c_str(), nullptr));
   }
-  const Source cpu = o.source("use_cpu");
-  o.accelerate.use_cpu = o.use_cpu;
-  if (accelerate_file) {
-    o.accelerate.deepspeed_fields = file->deepspeed_fields;
-    // accelerate's own use_cpu is the file's key: MULTI_CPU alone keeps the GPUs out of dtlaunch's plan only
-    if (cpu.kind == Source::Kind::file) o.accelerate.use_cpu = file->use_cpu;
-  }
+  // accelerate's args.use_cpu: the file's key, else --cpu. A MULTI_CPU file without the key keeps the
+  // GPUs out of dtlaunch's plan only; an inherited ACCELERATE_USE_CPU is the workers' to read.
+  o.accelerate.use_cpu = accelerate_file ? file->use_cpu : o.accelerate.cpu_flag;
+  if (accelerate_file) o.accelerate.deepspeed_fields = file->deepspeed_fields;
   const bool from_file = o.source("gpu_ids").kind == Source::Kind::file;
   o.accelerate.physical_gpu_ids = o.gpu_ids && (from_file ? accelerate_file : launch);
 }

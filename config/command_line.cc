@@ -40,6 +40,113 @@ std::string help_line(const Flag& f, const char* default_value) {
   return help;
 }
 
+/// torchrun's long options (torch 2.15's argparse parser, in its order), which a prefix resolves
+/// against first, so that an abbreviation torchrun takes means here what it means there.
+const std::vector<std::string>& torchrun_options() {
+  static const std::vector<std::string> options = [] {
+    std::vector<std::string> out;
+    for (const auto& name : text::split(
+             "help nnodes nproc-per-node nproc_per_node rdzv-backend rdzv_backend rdzv-endpoint rdzv_endpoint rdzv-id "
+             "rdzv_id rdzv-conf rdzv_conf standalone max-restarts max_restarts monitor-interval monitor_interval "
+             "start-method start_method event-log-handler event_log_handler role module no-python no_python run-path "
+             "run_path log-dir log_dir redirects tee log-line-prefix-template log_line_prefix_template "
+             "local-ranks-filter local_ranks_filter duplicate-stdout-filters duplicate_stdout_filters "
+             "duplicate-stderr-filters duplicate_stderr_filters node-rank node_rank master-addr master_addr master-port "
+             "master_port local-addr local_addr logs-specs logs_specs numa-binding numa_binding signals-to-handle "
+             "signals_to_handle shutdown-timeout shutdown_timeout virtual-local-rank virtual_local_rank "
+             "print-completion print_completion",
+             ' ')) {
+      out.push_back("--" + name);
+    }
+    return out;
+  }();
+  return options;
+}
+
+/// An option of dtlaunch's own line, as its arguments are scanned before CLI11 reads them.
+struct Spelling {
+  std::optional<size_t> row;  ///< the table's row; none for the options that are no setting
+  bool takes_value = false;
+  bool abbreviable = true;  ///< argparse's prefixes; accelerate launch's spellings take none
+};
+
+/// Every spelling of dtlaunch's own line, and the long ones in the order a prefix's candidates are named.
+struct Spellings {
+  std::map<std::string, Spelling> by_name;
+  std::vector<std::string> long_names;
+};
+
+const Spellings& spellings() {
+  static const Spellings all = [] {
+    Spellings s;
+    auto add = [&](const std::string& name, Spelling what) {
+      if (s.by_name.emplace(name, what).second && what.abbreviable && name.rfind("--", 0) == 0) {
+        s.long_names.push_back(name);
+      }
+    };
+    for (size_t i = 0; i < flags().size(); ++i) {
+      const Flag& f = flags()[i];
+      const bool valued = f.type != Type::switch_;
+      for (const auto& name : long_spellings(f)) add(name, {i, valued, true});
+      if (*f.short_name) add(f.short_name, {i, valued, false});
+      if (*f.accelerate_flag) {
+        add(std::string("--") + f.accelerate_flag, {i, valued, false});
+        add("--" + text::replace_all(f.accelerate_flag, "_", "-"), {i, valued, false});
+      }
+    }
+    for (const char* name : {"--config_file", "--config-file"}) add(name, {std::nullopt, true, true});
+    for (const char* name : {"--print_config", "--print-config", "--help", "--version"}) add(name, {});
+    for (const char* name : {"-h", "--help_markdown"}) add(name, {std::nullopt, false, false});
+    return s;
+  }();
+  return all;
+}
+
+/// The long options that `prefix` abbreviates among `names`, as argparse finds them.
+std::vector<std::string> abbreviated(const std::string& prefix, const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    if (n.rfind(prefix, 0) == 0) out.push_back(n);
+  }
+  return out;
+}
+
+/// The launcher's own arguments (up to the program) with argparse's abbreviations written out, as
+/// torchrun (and torch.distributed.launch and deepspeed, argparse too) takes them: `--nproc_per=2`
+/// is `--nproc_per_node=2`. A prefix resolves among torchrun's options first, then among dtlaunch's
+/// others; one that matches several options of a kind is refused, as argparse refuses it.
+std::variant<std::vector<std::string>, Error> expand_abbreviations(const std::vector<std::string>& args) {
+  const Spellings& known = spellings();
+  std::vector<std::string> out = args;
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::string& a = out[i];
+    if (a == "--" || a.size() < 2 || a[0] != '-') break;  // the program and its arguments
+    const bool is_long = a[1] == '-';
+    const size_t eq = a.find('=');
+    std::string name = is_long ? a.substr(0, eq) : a.substr(0, 2);
+    auto it = known.by_name.find(name);
+    if (it == known.by_name.end() && is_long && name.size() > 2) {
+      for (const auto* names : {&torchrun_options(), &known.long_names}) {
+        const auto candidates = abbreviated(name, *names);
+        if (candidates.size() > 1) {
+          return Error{"ambiguous option: " + printable(name) + " could match " + text::join(candidates, ", ") +
+                       " (see dtlaunch --help)"};
+        }
+        if (candidates.size() == 1) {
+          a = candidates.front() + (eq == std::string::npos ? "" : a.substr(eq));
+          name = candidates.front();
+          it = known.by_name.find(name);
+          break;
+        }
+      }
+    }
+    if (it == known.by_name.end()) break;  // unknown: CLI11 says so
+    const bool attached = is_long ? eq != std::string::npos : a.size() > 2;
+    if (it->second.takes_value && !attached) ++i;  // its value
+  }
+  return out;
+}
+
 /// The command line as CLI11 reads it: one option per row of the table, and the options that are
 /// not settings (which file holds settings, and a look at them).
 class CommandLine : public TypedValues {
@@ -171,20 +278,6 @@ class CommandLine : public TypedValues {
 
   /// The rows whose spellings (or accelerate's) `args` use before the program.
   std::set<size_t> named_rows(const std::vector<std::string>& args) const {
-    static const auto spellings = [] {
-      std::map<std::string, std::pair<size_t, bool>> by_name;  // spelling -> row, takes a value
-      for (size_t i = 0; i < flags().size(); ++i) {
-        const Flag& f = flags()[i];
-        const bool valued = f.type != Type::switch_;
-        for (const auto& s : long_spellings(f)) by_name[s] = {i, valued};
-        if (*f.short_name) by_name[f.short_name] = {i, valued};
-        if (*f.accelerate_flag) {
-          by_name[std::string("--") + f.accelerate_flag] = {i, valued};
-          by_name["--" + text::replace_all(f.accelerate_flag, "_", "-")] = {i, valued};
-        }
-      }
-      return by_name;
-    }();
     std::set<size_t> rows;
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];
@@ -192,15 +285,10 @@ class CommandLine : public TypedValues {
       const bool is_long = a[1] == '-';
       const std::string name = is_long ? a.substr(0, a.find('=')) : a.substr(0, 2);
       const bool attached = is_long ? a.find('=') != std::string::npos : a.size() > 2;
-      auto it = spellings.find(name);
-      if (it != spellings.end()) {
-        rows.insert(it->second.first);
-        if (it->second.second && !attached) ++i;  // its value
-      } else if (const CLI::Option* meta = app_.get_option_no_throw(name)) {
-        if (meta->get_expected_min() > 0 && !attached) ++i;  // --config_file FILE
-      } else {
-        break;  // unknown: CLI11 says so
-      }
+      auto it = spellings().by_name.find(name);
+      if (it == spellings().by_name.end()) break;  // unknown: CLI11 says so
+      if (it->second.row) rows.insert(*it->second.row);
+      if (it->second.takes_value && !attached) ++i;  // its value
     }
     return rows;
   }
@@ -407,8 +495,10 @@ std::string print_config(const std::vector<Resolved>& settings, const std::vecto
     std::string source = s.source.kind == Source::Kind::default_ ? "default" : s.source.where;
     if (!s.source.note.empty()) source += " (" + s.source.note + ")";
     const bool secret = s.flag->secret && !s.text.empty();  // `dtlaunch env` output gets pasted
-    lines.push_back({s.flag->name, secret ? "<hidden>" : s.text, source, s.flag->type == Type::switch_,
-                     other_name(*s.flag, o)});
+    const bool is_switch = s.flag->type == Type::switch_;
+    std::string value = secret ? "<hidden>" : s.text;
+    if (is_switch) value = parse_bool(s.text) ? "1" : "0";  // as it parsed: ACCELERATE_USE_CPU=true is on
+    lines.push_back({s.flag->name, value, source, is_switch, other_name(*s.flag, o)});
   }
   return format_settings(header + "\n", lines, env);
 }
@@ -466,7 +556,22 @@ struct Gathered {
   std::vector<Resolved> settings;
   std::optional<ConfigLocation> location;
   std::optional<ConfigFile> file;
+  std::vector<std::string> warnings;  ///< the file's, then the settings'
 };
+
+/// --rdzv_conf read as torch reads it for the backend in use; the keys it ignores are named.
+std::optional<Error> take_rdzv_conf(const std::vector<Resolved>& settings, LaunchOptions& o,
+                                    std::vector<std::string>& warnings) {
+  const Resolved& conf = row(settings, Setting::rdzv_conf);
+  std::vector<std::string> ignored;
+  try {
+    o.rdzv_conf = parse_rdzv_conf(conf.text, o.rdzv_backend == "static", &ignored);
+  } catch (const std::invalid_argument& e) {
+    return value_error(conf, e.what());
+  }
+  for (const auto& key : ignored) warnings.push_back(conf.source.where + ": ignoring " + key);
+  return std::nullopt;
+}
 
 /// A detected value that the scheduler's other variables forbid (two srun tasks on one node), when in use.
 std::optional<Error> refused_detection(const ClusterDetection& detected, std::vector<Resolved>& settings) {
@@ -485,6 +590,7 @@ std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env
   auto loaded = load_config(g.location, files);
   if (auto* error = std::get_if<Error>(&loaded)) return *error;
   g.file = std::get<std::optional<ConfigFile>>(loaded);
+  if (g.file) g.warnings = g.file->warnings;
   const ConfigFile* in_effect = g.file ? &*g.file : nullptr;
   const ClusterDetection detected = detect ? detect_cluster(env) : ClusterDetection{};
   for (size_t i = 0; i < flags().size(); ++i) g.settings.push_back(resolve(i, cl, env, detected, in_effect));
@@ -492,7 +598,9 @@ std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env
   if (auto error = accelerate_spellings(cl, g.settings)) return *error;
   accelerate_defaults(launch, g.file && g.file->format == ConfigFile::Format::accelerate, g.settings);
   convention_defaults(convention, g.settings);
+  g.options.accelerate.file = g.file && g.file->format == ConfigFile::Format::accelerate;
   if (auto error = parse_settings(g.settings, g.options)) return *error;
+  if (auto error = take_rdzv_conf(g.settings, g.options, g.warnings)) return *error;
   take_accelerate_facts(launch, in_effect, g.settings, g.options);
   if (auto error = take_convention(convention, g.options)) return *error;
   if (g.file) g.options.config_file = g.file->path;
@@ -517,12 +625,17 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   // `dtlaunch torch.distributed.launch ARGS` and `dtlaunch deepspeed ARGS` likewise.
   const Convention convention = convention_of(all_args);
   const bool word = convention != Convention::torchrun;
-  const std::vector<std::string> args(all_args.begin() + (word ? 1 : 0), all_args.end());
+  std::vector<std::string> args(all_args.begin() + (word ? 1 : 0), all_args.end());
+  if (convention != Convention::accelerate) {  // accelerate launch's argparse takes no abbreviation
+    auto expanded = expand_abbreviations(args);
+    if (auto* error = std::get_if<Error>(&expanded)) return failed(*error);
+    args = std::move(std::get<std::vector<std::string>>(expanded));
+  }
   CommandLine cl(&args);
   if (auto answered = cl.parse(args)) return *answered;
   auto gathered = gather(cl, env, files, convention, true);
   if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
-  auto& [o, settings, location, file] = std::get<Gathered>(gathered);
+  auto& [o, settings, location, file, warnings] = std::get<Gathered>(gathered);
   const ConfigFile* in_effect = file ? &*file : nullptr;
   std::vector<EffectiveSetting> env_settings;
   if (file) env_settings = add_file_env(*file, env, o);
@@ -532,7 +645,7 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
     return failed(Error{"unknown option " + printable(rest.front()) + " (see dtlaunch --help)"});
   }
   ParseResult result;
-  if (file) result.warnings = file->warnings;
+  result.warnings = warnings;
   if (cl.print_config()) {
     result.output = print_config(settings, env_settings, in_effect, location, o);
     result.shown = std::move(o);
@@ -557,7 +670,7 @@ ParseResult parse_command_settings(const std::string& command, const std::string
   if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
   auto& g = std::get<Gathered>(gathered);
   ParseResult result;
-  if (g.file) result.warnings = g.file->warnings;
+  result.warnings = g.warnings;
   result.options = std::move(g.options);
   return result;
 }

@@ -268,7 +268,40 @@ void read_accelerate_sections(const Reader& r, const std::map<std::string, const
   }
 }
 
+/// accelerate's own check (BaseConfig.from_yaml_file): a key that is no field of its config class,
+/// after it has converted the old `fp16` and `dynamo_backend` keys, refuses the file.
+void refuse_unknown_accelerate_keys(const Reader& r, const std::vector<Entry>& entries) {
+  static const std::set<std::string> base = {"compute_environment", "distributed_type", "mixed_precision", "use_cpu",
+                                             "debug", "enable_cpu_affinity", "dynamo_config", "gpu_ids",
+                                             "num_machines", "fp16", "dynamo_backend"};
+  static const std::set<std::string> cluster = {
+      "num_processes", "machine_rank", "main_process_ip", "main_process_port", "rdzv_backend", "same_network",
+      "main_training_function", "fp8_config", "deepspeed_config", "fsdp_config", "parallelism_config",
+      "megatron_lm_config", "mpirun_config", "downcast_bf16", "tpu_name", "tpu_zone", "tpu_use_cluster",
+      "tpu_use_sudo", "command_file", "commands", "tpu_vm", "tpu_env"};
+  static const std::set<std::string> sagemaker = {
+      "ec2_instance_type", "iam_role_name", "image_uri", "profile", "region", "base_job_name", "pytorch_version",
+      "transformers_version", "py_version", "sagemaker_inputs_file", "sagemaker_metrics_file", "additional_args"};
+  bool on_sagemaker = false;
+  for (const auto& e : entries) {
+    if (e.name == "compute_environment" && e.value.IsScalar()) on_sagemaker = e.value.Scalar() == "AMAZON_SAGEMAKER";
+  }
+  const auto& own = on_sagemaker ? sagemaker : cluster;
+  std::vector<const Entry*> unknown;
+  for (const auto& e : entries) {
+    if (!base.count(e.name) && !own.count(e.name)) unknown.push_back(&e);
+  }
+  if (unknown.empty()) return;
+  std::string also;
+  for (size_t i = 1; i < unknown.size(); ++i) also += (i == 1 ? " (also " : ", ") + printable(unknown[i]->name);
+  if (!also.empty()) also += ")";
+  throw Bad{r.at(unknown.front()->key.Mark()) + ": " + printable(unknown.front()->name) + ": unknown key" + also +
+            ": accelerate launch refuses a file with keys its config does not have (dtlaunch's own keys go in a "
+            "file without distributed_type)"};
+}
+
 void read_accelerate(const Reader& r, const std::vector<Entry>& entries, ConfigFile& out) {
+  refuse_unknown_accelerate_keys(r, entries);
   std::map<std::string, const Entry*> by_name;
   for (const auto& e : entries) by_name[e.name] = &e;
   auto get = [&](const std::string& name) -> const Entry* {

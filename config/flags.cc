@@ -22,13 +22,6 @@ long parse_int(const std::string& text, long lo, long hi, const std::string& wha
   return *v;
 }
 
-bool parse_bool(const std::string& text) {
-  std::string t = trim(text);
-  if (t == "1" || t == "true" || t == "True" || t == "yes") return true;
-  if (t == "0" || t == "false" || t == "False" || t == "no" || t.empty()) return false;
-  throw std::invalid_argument("expected 1 or 0");
-}
-
 /// A non-empty word, trimmed.
 std::string word(const std::string& text, const char* what) {
   std::string t = trim(text);
@@ -177,8 +170,9 @@ const std::vector<Flag> kFlags = {
        if (!t.empty()) o.run_id = run_id(t);
      }},
     {.id = Setting::rdzv_conf, .name = "rdzv_conf", .group = kNodes,
-     .help = "rendezvous settings `k=v,k=v` (`join_timeout`, `last_call_timeout`, `keep_alive_interval`, ...)",
-     .apply = [](const S& t, O& o) { o.rdzv_conf = parse_rdzv_conf(t); }},
+     .help = "rendezvous settings `k=v,k=v`, as torch reads them: `timeout` (static), `join_timeout`, `last_call_timeout`, "
+             "`close_timeout`, `keep_alive_interval`, `keep_alive_max_attempt`, `is_host` (c10d); other keys are ignored, with a warning",
+     .apply = [](const S& t, O&) { parse_rdzv_items(t); }},  // read with the backend: command_line.cc
     {.id = Setting::local_addr, .name = "local_addr", .group = kNodes,
      .help = "this node's address, as its workers are reached", .apply = [](const S& t, O& o) { o.local_addr = trim(t); }},
     {.id = Setting::rdzv_token, .name = "rdzv_token", .variables = {"DTLAUNCH_RDZV_TOKEN"}, .group = kNodes,
@@ -241,9 +235,14 @@ const std::vector<Flag> kFlags = {
      .help = "the same for stderr, into `attempt_N/filtered_stderr.log`",
      .apply = [](const S& t, O& o) { o.duplicate_stderr_filters = filter_list(t); }},
     {.id = Setting::logs_specs, .name = "logs_specs", .group = kOutput,
-     .help = "accepted for torchrun's command lines when empty: a Python `LogsSpecs` class has no meaning here",
+     .help = "torchrun's `torchrun.logs_specs` entry point: only `default`, its built-in, which dtlaunch's logs follow "
+             "(another is a Python class)",
      .apply = [](const S& t, O&) {
-       if (!trim(t).empty()) throw std::invalid_argument("a torchrun.logs_specs entry point is a Python class, which dtlaunch cannot load");
+       const std::string name = trim(t);
+       if (!name.empty() && name != "default") {
+         throw std::invalid_argument("expected default, torchrun's built-in (another torchrun.logs_specs entry point is "
+                                     "a Python class, which dtlaunch cannot load)");
+       }
      }},
     {.id = Setting::event_log_handler, .name = "event_log_handler", .default_value = "null", .group = kOutput,
      .help = "torchrun's event handler: only `null` (a handler is a Python registry entry)",
@@ -623,9 +622,29 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
   return {min, max};
 }
 
-RdzvConf parse_rdzv_conf(const std::string& text) {
+bool parse_bool(const std::string& text) {
+  std::string t = trim(text);
+  if (t == "1" || t == "true" || t == "True" || t == "yes") return true;
+  if (t == "0" || t == "false" || t == "False" || t == "no" || t.empty()) return false;
+  throw std::invalid_argument("expected 1 or 0");
+}
+
+std::vector<std::pair<std::string, std::string>> parse_rdzv_items(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> items;
+  if (trim(text).empty()) return items;
+  for (const auto& item : split(text, ',')) {
+    auto eq = item.find('=');
+    std::string key = trim(item.substr(0, eq));
+    if (eq == std::string::npos || key.empty()) throw std::invalid_argument("'" + printable(item) + "' is not key=value");
+    std::string v = trim(item.substr(eq + 1));
+    if (v.empty()) throw std::invalid_argument(printable(key) + " has no value");
+    items.emplace_back(key, v);
+  }
+  return items;
+}
+
+RdzvConf parse_rdzv_conf(const std::string& text, bool static_backend, std::vector<std::string>* ignored) {
   RdzvConf conf;
-  if (trim(text).empty()) return conf;
   auto seconds = [](const std::string& key, const std::string& v) {
     double s = text::to_double(v).value_or(-1);
     // the timers count milliseconds: less than one would be a zero interval or timeout
@@ -634,12 +653,25 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
     }
     return s;
   };
-  for (const auto& item : split(text, ',')) {
-    auto eq = item.find('=');
-    if (eq == std::string::npos) throw std::invalid_argument("'" + printable(item) + "' is not key=value");
-    std::string key = trim(item.substr(0, eq)), v = trim(item.substr(eq + 1));
-    if (key == "join_timeout" || key == "timeout") {
-      conf.join_timeout_s = seconds(key, v);
+  auto ignore = [&](const std::string& key, const std::string& why) {
+    if (ignored) ignored->push_back("'" + printable(key) + "' " + why);
+  };
+  // torch 2.x's readers: the static handler reads `timeout` (and the node's rank, which torchrun
+  // sets from --node_rank); the c10d handler and backend read the rest. Each ignores what it does
+  // not read, and so does dtlaunch, saying so.
+  for (const auto& [key, v] : parse_rdzv_items(text)) {
+    if (key == "timeout") {
+      if (static_backend) {
+        conf.static_timeout_s = seconds(key, v);
+      } else {
+        ignore(key, "(the c10d backend waits join_timeout; torch's reads no timeout either)");
+      }
+    } else if (key == "join_timeout") {
+      if (static_backend) {
+        ignore(key, "(the static backend waits `timeout` seconds, as torch's: join_timeout is c10d's)");
+      } else {
+        conf.join_timeout_s = seconds(key, v);
+      }
     } else if (key == "last_call_timeout") {
       conf.last_call_timeout_s = seconds(key, v);
     } else if (key == "close_timeout") {
@@ -648,16 +680,23 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       conf.keep_alive_interval_s = seconds(key, v);
     } else if (key == "keep_alive_max_attempt") {
       conf.keep_alive_max_attempt = static_cast<int>(parse_int(v, 1, 1000, "keep_alive_max_attempt: an integer >= 1"));
-    } else if (key == "heartbeat_timeout") {
-      conf.keep_alive_max_attempt = std::max(1, static_cast<int>(seconds(key, v) / conf.keep_alive_interval_s + 0.5));
     } else if (key == "is_host") {
       conf.is_host = parse_bool(v);
-    } else if (key == "read_timeout") {
-      seconds(key, v);  // torchrun's store read timeout: dtlaunch's reads are event-driven
+    } else if (key == "heartbeat_timeout" || key == "read_timeout") {
+      // torch's deadlines for one store operation (a heartbeat's write, any read): dtlaunch's
+      // rendezvous is messages over one connection, whose silence keep_alive_* bound
+      seconds(key, v);
+    } else if (key == "cas_backoff_max_seconds") {
+      double s = text::to_double(v).value_or(-1);
+      if (!(s >= 0) || s > 1e7) throw std::invalid_argument(key + " expects seconds >= 0 (got '" + printable(v) + "')");
+    } else if (key == "store_type") {
+      if (text::lower(v) != "tcp") {
+        throw std::invalid_argument("store_type=" + printable(v) + ": dtlaunch's rendezvous is served over TCP only");
+      }
+    } else if (key == "rank") {
+      ignore(key, "(torchrun sets the static backend's rank from --node_rank)");
     } else {
-      throw std::invalid_argument("unknown key '" + printable(key) +
-                                  "' (known: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
-                                  "keep_alive_max_attempt, heartbeat_timeout, is_host, read_timeout)");
+      ignore(key, "(torch's rendezvous reads no such key)");
     }
   }
   return conf;

@@ -95,6 +95,8 @@ std::string flags_markdown();
 
 /// Pure value parsers, for the table and their own tests; each throws std::invalid_argument with
 /// the reason.
+/// A switch's text: 1/true/True/yes, or 0/false/False/no/empty.
+bool parse_bool(const std::string& text);
 NprocSpec parse_nproc(const std::string& text);
 StreamsSpec parse_streams(const std::string& text);
 std::set<int> parse_rank_list(const std::string& text);
@@ -102,6 +104,11 @@ std::vector<int> parse_signal_list(const std::string& text);
 std::vector<int> parse_gpu_ids(const std::string& text);
 /// `--nnodes`: N or MIN:MAX with 0 < MIN <= MAX.
 std::pair<int, int> parse_nnodes(const std::string& text);
-RdzvConf parse_rdzv_conf(const std::string& text);
+/// `--rdzv_conf`'s `k=v,k=v` items, trimmed; throws on an item without a key or a value.
+std::vector<std::pair<std::string, std::string>> parse_rdzv_items(const std::string& text);
+/// The items with torch's meaning for the backend in use (static or c10d). A key torch ignores is
+/// ignored here too and named in `ignored` ("'foo' (why)"), when given.
+RdzvConf parse_rdzv_conf(const std::string& text, bool static_backend = false,
+                         std::vector<std::string>* ignored = nullptr);
 
 }  // namespace dtl::config

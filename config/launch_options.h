@@ -40,12 +40,16 @@ enum class GpuVisibility {
 
 /// `--rdzv_conf k=v,...`: torchrun's keys; dtlaunch's liveness defaults notice a lost node in 2 s.
 struct RdzvConf {
-  double join_timeout_s = 600;
+  double join_timeout_s = 600;     ///< c10d's `join_timeout`
+  double static_timeout_s = 900;   ///< the static backend's `timeout` (torchrun's default)
   double last_call_timeout_s = 30;
   double close_timeout_s = 30;
   double keep_alive_interval_s = 0.5;
   int keep_alive_max_attempt = 3;
   std::optional<bool> is_host;  ///< unset: host when the endpoint is one of this machine's addresses
+
+  /// How long a node waits for the round to form, under the backend in use.
+  double join_timeout(bool static_backend) const { return static_backend ? static_timeout_s : join_timeout_s; }
 };
 
 /// Where a setting's value came from: the flag as typed, a variable, the scheduler that started
@@ -71,7 +75,14 @@ struct Source {
 struct AccelerateOptions {
   bool launch = false;   ///< `dtlaunch launch` or an accelerate file: the workers get accelerate launch's variables
   bool chosen = false;   ///< a file's distributed_type or a flag (--multi_gpu, --use_fsdp, ...) chose the launcher
-  bool use_cpu = false;  ///< accelerate's own use_cpu (--cpu, or the file's key): ACCELERATE_USE_CPU, KMP_*
+  bool file = false;     ///< the config file in effect is accelerate's
+  /// accelerate launch's --cpu (its args.cpu): dtlaunch's use_cpu given as a flag, PET_USE_CPU or in
+  /// dtlaunch's own file; never ACCELERATE_USE_CPU (which accelerate launch does not read) nor an
+  /// accelerate file's key. It alone makes a DeepSpeed, FSDP or multi-GPU run a CPU one.
+  bool cpu_flag = false;
+  /// accelerate launch's args.use_cpu: the file's key when there is a file, else --cpu. With --cpu it
+  /// makes ACCELERATE_USE_CPU and KMP_*, and alone it spreads the cores over the processes.
+  bool use_cpu = false;
   bool physical_gpu_ids = false;  ///< gpu_ids came in accelerate's spelling or file: physical ids
   std::vector<std::string> deepspeed_fields;  ///< the file's deepspeed_config keys (ACCELERATE_CONFIG_DS_FIELDS)
   std::map<std::string, std::string> values;  ///< accelerate's own settings by name, as given

@@ -32,5 +32,6 @@ inline Error value_error(const Resolved& s, const std::string& what) {
 }
 
 inline Resolved& row(std::vector<Resolved>& settings, Setting id) { return settings[static_cast<size_t>(id)]; }
+inline const Resolved& row(const std::vector<Resolved>& settings, Setting id) { return settings[static_cast<size_t>(id)]; }
 
 }  // namespace dtl::config

@@ -266,7 +266,13 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   }
   if (o.accelerate.launch) {
     const int cores = host.physical_cores > 0 ? host.physical_cores : physical_core_count(host.cpu_count);
-    plan.group.variables = config::accelerate_variables(o, {host.env, posix::current_directory(), plan.nproc, ngpus, cores});
+    const config::AccelerateHost facts{host.env, posix::current_directory(), plan.nproc, ngpus, cores};
+    plan.group.variables = config::accelerate_variables(o, facts);
+    // accelerate's simple launcher (NO, MULTI_CPU, --cpu) runs one process as a plain script, without
+    // torchrun's variables, so Accelerator() finds no process group; with more processes dtlaunch
+    // starts them all, with torchrun's (where accelerate would need mpirun).
+    plan.group.torchrun_contract = plan.nproc > 1 || is_multi_node(o) ||
+                                   config::accelerate_launcher(o, facts) != config::AccelerateLauncher::simple;
   }
   if (plan.nproc > 1 && !env("OMP_NUM_THREADS")) {
     plan.notices.push_back("OMP_NUM_THREADS=1 for each worker, to avoid overloading the machine "

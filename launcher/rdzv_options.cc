@@ -58,7 +58,7 @@ std::variant<RdzvOptions, Error> rdzv_options(const config::LaunchOptions& o, co
   s.round.max_nodes = o.max_nodes;
   s.round.max_restarts = o.max_restarts;
   s.round.agent_store = o.agent_store;
-  s.round.join_timeout = ms(o.rdzv_conf.join_timeout_s);
+  s.round.join_timeout = ms(o.rdzv_conf.join_timeout(s.round.static_backend));
   s.round.last_call_timeout = ms(o.rdzv_conf.last_call_timeout_s);
   // The refusals describe another node's settings: they name the flags every agent has.
   s.round.names = {"--nnodes", "--node_rank", "--max_restarts", "--rdzv_backend"};

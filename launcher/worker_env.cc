@@ -17,6 +17,11 @@ bool has(const EnvPairs& pairs, std::string_view name) {
 }  // namespace
 
 EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::EnvLookup& inherited) {
+  if (!g.torchrun_contract) {
+    EnvPairs env = g.variables;
+    if (slot.cuda_visible_devices) env.emplace_back("CUDA_VISIBLE_DEVICES", *slot.cuda_visible_devices);
+    return env;
+  }
   const int rank = g.base_rank + slot.local_rank;
   EnvPairs env{
       {"LOCAL_RANK", std::to_string(g.virtual_local_rank ? 0 : slot.local_rank)},

@@ -30,6 +30,9 @@ struct GroupEnv {
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  ///< TORCHELASTIC_SIGNALS_TO_HANDLE
   bool virtual_local_rank = false;  ///< LOCAL_RANK=0 for every worker
   bool deepspeed_variables = false;  ///< CROSS_RANK, CROSS_SIZE, LOCAL_SIZE (deepspeed's launcher)
+  /// torchrun's variables; false for accelerate's simple launcher with one process, whose worker
+  /// gets `variables` (and its GPUs) only.
+  bool torchrun_contract = true;
   /// The config file's env: entries and accelerate's variables, as if inherited: torchrun's
   /// variables above win over them.
   EnvPairs variables;

@@ -30,12 +30,14 @@ GOLDEN_DIR = os.path.join(HERE, "..", "..", "tests", "golden", "accelerate")
 VENV_BIN = os.path.dirname(os.path.abspath(sys.executable))
 
 # (name, what it shows, config file (ClusterConfig's fields, "default", "default_gpu" or None),
-#  the accelerate launch arguments of each machine, dtlaunch's extra flags)
+#  the accelerate launch arguments of each machine, dtlaunch's extra flags[, variables both launchers inherit])
 MULTI = ["--multi_gpu", "--num_processes", "2", "--main_process_port", "{port}"]
 TWO_MACHINES = ["--num_machines", "2", "--num_processes", "4", "--main_process_ip", "127.0.0.1",
                 "--main_process_port", "{port}"]
 CONFIG_TWO = dict(distributed_type="MULTI_GPU", num_machines=2, num_processes=4, main_process_ip="127.0.0.1",
                   main_process_port="{port}")
+DS_ZERO2 = dict(gradient_accumulation_steps=4, gradient_clipping=1.0, zero_stage=2, offload_optimizer_device="cpu",
+                offload_param_device="none", zero3_init_flag=False)
 CASES = [
     ("flags_multi_gpu_bf16", "--multi_gpu with bf16, from flags only", None,
      [MULTI + ["--mixed_precision", "bf16"]], []),
@@ -100,6 +102,29 @@ CASES = [
      dict(CONFIG_TWO, same_network=True), [["--machine_rank", "0"], ["--machine_rank", "1"]], []),
     ("config_two_machines_rendezvous", "2 machines, same_network: false",
      dict(CONFIG_TWO, same_network=False), [["--machine_rank", "0"], ["--machine_rank", "1"]], []),
+    # accelerate launch reads its --cpu flag, never ACCELERATE_USE_CPU, and a file's use_cpu only for
+    # the simple launcher's variables: under either, DeepSpeed, FSDP and MULTI_GPU runs stay what the
+    # file says (the workers inherit ACCELERATE_USE_CPU and read it themselves).
+    ("env_use_cpu_deepspeed_zero2", "ACCELERATE_USE_CPU=true with a DEEPSPEED file (accumulation 4, clipping 1.0)",
+     dict(distributed_type="DEEPSPEED", num_processes=2, main_process_port="{port}", deepspeed_config=DS_ZERO2),
+     [[]], [], {"ACCELERATE_USE_CPU": "true"}),
+    ("env_use_cpu_fsdp", "ACCELERATE_USE_CPU=true with an FSDP file",
+     dict(distributed_type="FSDP", num_processes=2, mixed_precision="bf16", main_process_port="{port}",
+          fsdp_config=dict(fsdp_version=2, fsdp_activation_checkpointing=True)), [[]], [],
+     {"ACCELERATE_USE_CPU": "true"}),
+    ("env_use_cpu_dynamo_fp16", "ACCELERATE_USE_CPU=true with a MULTI_GPU file, dynamo and fp16",
+     dict(distributed_type="MULTI_GPU", num_processes=2, mixed_precision="fp16", main_process_port="{port}",
+          dynamo_config=dict(dynamo_backend="INDUCTOR")), [[]], [], {"ACCELERATE_USE_CPU": "true"}),
+    ("env_use_cpu_no", "ACCELERATE_USE_CPU=true with a NO file: the simple launcher says False",
+     dict(distributed_type="NO", num_processes=1), [[]], [], {"ACCELERATE_USE_CPU": "true"}),
+    ("file_use_cpu_deepspeed_zero2", "a DEEPSPEED file that says use_cpu: true",
+     dict(distributed_type="DEEPSPEED", num_processes=2, use_cpu=True, main_process_port="{port}",
+          deepspeed_config=DS_ZERO2), [[]], []),
+    ("flags_cpu_deepspeed_file", "--cpu with a DEEPSPEED file: the simple launcher",
+     dict(distributed_type="DEEPSPEED", num_processes=1, mixed_precision="bf16", deepspeed_config=DS_ZERO2),
+     [["--cpu"]], []),
+    ("flags_cpu_fsdp_file", "--cpu with an FSDP file: the simple launcher",
+     dict(distributed_type="FSDP", num_processes=1, fsdp_config=dict(fsdp_version=2)), [["--cpu"]], []),
     ("config_deepspeed_two_machines_standard", "DeepSpeed on 2 machines, deepspeed_multinode_launcher: standard",
      dict(CONFIG_TWO, distributed_type="DEEPSPEED", same_network=True,
           deepspeed_config=dict(zero_stage=2, deepspeed_multinode_launcher="standard")),
@@ -160,7 +185,7 @@ def worker_variables(path, base, cwd, tmp):
     return out
 
 
-def run_case(name, about, config, machines, dtlaunch_extra):
+def run_case(name, about, config, machines, dtlaunch_extra, env=None):
     tmp = tempfile.mkdtemp(prefix="parity-")
     try:
         cwd, out, home = (os.path.join(tmp, d) for d in ("work", "out", "home"))
@@ -173,6 +198,7 @@ def run_case(name, about, config, machines, dtlaunch_extra):
             config_name = name + ".yaml"
             write_config(config, os.path.join(cwd, config_name), port)
         base = {k: v.format(bin=VENV_BIN, home=home, out=out) for k, v in BASE_ENV.items()}
+        base.update(env or {})
         procs = []
         for args in machines:
             argv = [a.replace("{port}", str(port)) for a in args]
@@ -195,6 +221,7 @@ def run_case(name, about, config, machines, dtlaunch_extra):
             "config_file": config_name,
             "machines": [[a for a in args] for args in machines],
             "dtlaunch_extra": dtlaunch_extra,
+            "env": env or {},
             "workers": workers,
         }
         os.makedirs(GOLDEN_DIR, exist_ok=True)

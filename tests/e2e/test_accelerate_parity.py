@@ -80,7 +80,7 @@ class AccelerateParity(LaunchTest):
                 f.write(text)
             config = ["--config_file", case["config_file"]]
         # The test's own interpreter: a `python3` on PATH may be a shim that adds variables of its own.
-        base = self.env(HOME=home, PARITY_OUT=out, LANG="C.UTF-8", PYTHON_EXEC=sys.executable)
+        base = self.env(HOME=home, PARITY_OUT=out, LANG="C.UTF-8", PYTHON_EXEC=sys.executable, **case.get("env", {}))
         procs = [subprocess.Popen([*command, *config, *[a.replace("{port}", port) for a in args], *extra,
                                    "dump_env.py"], cwd=cwd, env=base, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True) for args in case["machines"]]
@@ -97,10 +97,10 @@ class AccelerateParity(LaunchTest):
     def compare(self, case, got):
         golden = case["workers"]
         if list(golden) == ["single"]:
-            # accelerate's simple launcher: one process without torchrun's contract; dtlaunch starts
-            # num_processes workers with it. Each must have accelerate's variables.
+            # accelerate's simple launcher: one process without torchrun's contract. So is dtlaunch's
+            # one worker; with more, dtlaunch starts them all with it. Each has accelerate's variables.
             expected = {r: golden["single"] for r in got}
-            extra_allowed = TORCHRUN_CONTRACT
+            extra_allowed = TORCHRUN_CONTRACT if len(got) > 1 else set()
         else:
             self.assertEqual(sorted(got), sorted(golden), f"{case['case']}: the ranks")
             expected = golden

@@ -11,7 +11,7 @@ class BadInput(LaunchTest):
         self.assertEqual((r.returncode, r.stderr, r.stdout), (code, "dtlaunch: error: " + message + "\n", ""))
 
     def test_an_unknown_flag(self):
-        self.check(["--nproc_per_nod=2", "train.py"], "unknown option --nproc_per_nod=2 (see dtlaunch --help)")
+        self.check(["--nproc_per_nodes=2", "train.py"], "unknown option --nproc_per_nodes=2 (see dtlaunch --help)")
 
     def test_nproc_per_node_zero_negative_and_words(self):
         for value in ("0", "-1", "abc"):
@@ -94,9 +94,14 @@ class BadInput(LaunchTest):
                    env=self.env(PET_RDZV_BACKEND="c10d"))
         self.check(["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=host:99999", "--no_python", "true"],
                    "--rdzv_endpoint: port '99999' is not in 1..65535")
-        self.check(["--rdzv_conf=join_timout=5", "--no_python", "true"],
-                   "--rdzv_conf: unknown key 'join_timout' (known: join_timeout, last_call_timeout, close_timeout, "
-                   "keep_alive_interval, keep_alive_max_attempt, heartbeat_timeout, is_host, read_timeout)")
+        self.check(["--rdzv_conf=join_timeout=", "--no_python", "true"], "--rdzv_conf: join_timeout has no value")
+
+    def test_an_rdzv_conf_key_torch_ignores_is_ignored_with_a_warning_that_names_it(self):
+        # torch's rendezvous handlers read the keys they know and ignore the rest; so does dtlaunch, saying so
+        r = self.launch("--master_port=0", "--rdzv_conf=join_timout=5", "--no_python", "true")
+        self.assertExitCode(r, 0)
+        self.assertIn("dtlaunch: warning: --rdzv_conf: ignoring 'join_timout' (torch's rendezvous reads no such key)\n",
+                      r.stderr)
 
     def test_a_log_dir_that_cannot_be_created(self):
         not_a_dir = os.path.join(self.tmp, "file")
@@ -115,7 +120,7 @@ class BadInput(LaunchTest):
                     "--no_python", "true"], "cannot listen on 192.0.2.1:29400: Cannot assign requested address")
         for node_rank in (0, 1):  # node 0 hosts there, node 1 connects there
             r = self.launch("--nnodes=2", f"--node_rank={node_rank}", "--master_addr=no-such-host.invalid",
-                            "--rdzv_conf=join_timeout=2", "--no_python", "true")
+                            "--rdzv_conf=timeout=2", "--no_python", "true")
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
             self.assertRegex(r.stderr, r"^dtlaunch: error: .*cannot resolve the rendezvous (address|endpoint) "

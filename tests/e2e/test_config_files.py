@@ -209,10 +209,10 @@ class ConfigFiles(LaunchTest):
 
     def test_a_map_inside_itself_through_an_alias_is_named_in_a_warning_not_a_crash(self):
         # Looking for set values recursed through the alias until the stack overflowed (SIGSEGV).
-        self.write("self.yaml", "distributed_type: MULTI_GPU\nl1: &l1 {a: 0, b: *l1}\n")
+        self.write("self.yaml", "distributed_type: MULTI_GPU\nmegatron_lm_config: &l1 {a: 0, b: *l1}\n")
         r = self.bounded("--config_file", "self.yaml", "--print_config", "--fake_gpus=2")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertTrue(r.stderr.startswith("dtlaunch: warning: self.yaml: ignoring l1 ("), r.stderr)
+        self.assertTrue(r.stderr.startswith("dtlaunch: warning: self.yaml: ignoring megatron_lm_config ("), r.stderr)
 
     def test_a_value_with_a_newline_or_an_escape_gives_a_one_line_error(self):
         self.write("nl.yaml", 'max_restarts: "1\\n\\e[2J"\n')

@@ -90,7 +90,7 @@ class MultiNode(LaunchTest):
     def test_a_wrong_token_is_refused_and_never_joins(self):
         env_good = self.env(DTLAUNCH_RDZV_TOKEN="s3cret")
         env_bad = self.env(DTLAUNCH_RDZV_TOKEN="guess")
-        host = self.start("--nnodes=2", "--node_rank=0", "--master_port", self.port, "--rdzv_conf=join_timeout=3",
+        host = self.start("--nnodes=2", "--node_rank=0", "--master_port", self.port, "--rdzv_conf=timeout=3",
                           *self.worker("pause"), env=env_good)
         intruder = self.start("--nnodes=2", "--node_rank=1", "--master_port", self.port, *self.worker("pause"),
                               env=env_bad)
@@ -106,7 +106,7 @@ class MultiNode(LaunchTest):
         self.assertIn("the rendezvous timed out after 3s with 1 of 2 nodes", h.stderr)
 
     def test_a_node_without_the_token_is_refused_by_the_server(self):
-        host = self.static(0, 2, "--rdzv_conf=join_timeout=3", *self.worker("pause"))
+        host = self.static(0, 2, "--rdzv_conf=timeout=3", *self.worker("pause"))
         host.proc.env = None
         r = self.launch("--nnodes=2", "--node_rank=1", "--master_port", self.port, *self.worker("pause"),
                         env=self.env(DTLAUNCH_RDZV_TOKEN="only-me"))
@@ -128,7 +128,7 @@ class MultiNode(LaunchTest):
         self.assertIn("rendezvous: refused 127.0.0.1: run id 'other' does not match the job's 'job42'", h.stderr)
 
     def test_a_duplicate_node_rank_is_refused_with_the_owner_named(self):
-        host = self.static(0, 3, "--rdzv_conf=join_timeout=3", *self.worker("pause"))
+        host = self.static(0, 3, "--rdzv_conf=timeout=3", *self.worker("pause"))
         one = self.static(1, 3, *self.worker("pause"))
         host.wait_for("joined \\(2 of 3 nodes\\)", stream="err")
         r = self.launch("--nnodes=3", "--node_rank=1", "--master_port", self.port, *self.worker("pause"))
@@ -138,7 +138,7 @@ class MultiNode(LaunchTest):
         self.assertExitCode(one.finish(), 1)
 
     def test_a_second_node_0_is_told_the_port_is_taken(self):
-        host = self.static(0, 2, "--rdzv_conf=join_timeout=3", *self.worker("pause"))
+        host = self.static(0, 2, "--rdzv_conf=timeout=3", *self.worker("pause"))
         host.wait_for("hosting the rendezvous", stream="err")
         r = self.launch("--nnodes=2", "--node_rank=0", "--master_port", self.port, *self.worker("pause"))
         self.assertExitCode(r, 2)
@@ -148,7 +148,7 @@ class MultiNode(LaunchTest):
         self.assertExitCode(host.finish(), 1)
 
     def test_a_taken_port_from_pet_master_port_is_named_as_the_variable(self):
-        host = self.static(0, 2, "--rdzv_conf=join_timeout=3", *self.worker("pause"))
+        host = self.static(0, 2, "--rdzv_conf=timeout=3", *self.worker("pause"))
         host.wait_for("hosting the rendezvous", stream="err")
         r = self.launch("--nnodes=2", "--node_rank=0", *self.worker("pause"), env=self.env(PET_MASTER_PORT=str(self.port)))
         self.assertExitCode(r, 2)

@@ -270,7 +270,7 @@ class RendezvousUnderAttack(LaunchTest):
                       "job's 'job42'", r.stderr)
 
     def test_a_flood_of_refused_peers_is_summed_up_instead_of_a_line_each(self):
-        host = self.node(0, self.worker("pause"), extra=["--rdzv_conf=join_timeout=3"])
+        host = self.node(0, self.worker("pause"), extra=["--rdzv_conf=timeout=3"])
         host.wait_for(r"joined \(1 of 2 nodes\)", stream="err")
         for _ in range(300):
             with socket.create_connection(("127.0.0.1", self.port)) as s:

@@ -10,7 +10,7 @@ class SettingSources(LaunchTest):
     def lone_node(self, *args, env=None):
         """Node 0 of 2 whose partner never comes: the rendezvous gives up after a second."""
         return self.launch("--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
-                           "--rdzv_conf=join_timeout=1", *args, "--no_python", "true", env=env)
+                           "--rdzv_conf=timeout=1", *args, "--no_python", "true", env=env)
 
     def test_only_a_token_typed_on_the_command_line_warns_that_ps_shows_it(self):
         path = os.path.join(self.tmp, "tok.yaml")

@@ -112,13 +112,22 @@ class Torchrun2(LaunchTest):
         self.assertEqual([ranks[lr]["CUDA_VISIBLE_DEVICES"] for lr in (0, 1)], ["0", "1"])
 
     def test_python_only_flags_are_refused_in_one_line(self):
-        for flag, why in (("--logs_specs=my.Specs", "a torchrun.logs_specs entry point is a Python class"),
+        for flag, why in (("--logs_specs=my.Specs", "expected default, torchrun's built-in (another torchrun.logs_specs "
+                                                    "entry point is a Python class"),
                           ("--event_log_handler=console", "expected null: torch's event handlers")):
             r = self.launch("--master_port=0", flag, "--no_python", "true")
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
             self.assertIn(why, r.stderr)
         self.assertExitCode(self.launch("--master_port=0", "--event_log_handler=null", "--no_python", "true"), 0)
+
+    def test_torchruns_own_logs_specs_is_taken(self):
+        # torch's entry point `default` (torchrun.logs_specs) is the DefaultLogsSpecs torchrun uses
+        # without the flag, and the attempt_N layout dtlaunch writes.
+        for spelled in ("--logs_specs=default", "--logs-specs=default", "--logs_spec=default"):
+            r = self.launch("--master_port=0", spelled, "--no_python", "true")
+            self.assertExitCode(r, 0)
+            self.assertNotIn("warning", r.stderr)
 
 
 if __name__ == "__main__":

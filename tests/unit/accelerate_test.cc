@@ -232,3 +232,36 @@ TEST_CASE("python_float writes floats as Python's str() does") {
   CHECK(python_float(1e-5) == "1e-05");
   CHECK(python_float(1e20) == "1e+20");
 }
+
+TEST_CASE("ACCELERATE_USE_CPU and a file's use_cpu keep the file's kind of run; --cpu makes it a CPU run") {
+  const std::string ds = "distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+                         "  zero_stage: 2\n  gradient_accumulation_steps: 4\n  gradient_clipping: 1.0\n";
+  // accelerate launch reads its --cpu flag, never ACCELERATE_USE_CPU: the workers inherit and read it
+  auto r = parse_command_line({"--config_file", "acc.yaml", "t.py"}, env_of({{"ACCELERATE_USE_CPU", "true"}}),
+                              files_of({{"acc.yaml", ds}}));
+  REQUIRE(r.options);
+  CHECK(r.options->use_cpu);  // dtlaunch leaves the GPUs alone
+  CHECK(accelerate_launcher(*r.options, {}) == AccelerateLauncher::deepspeed);
+  auto vars = variables(*r.options, {});
+  CHECK(vars["ACCELERATE_USE_DEEPSPEED"] == "true");
+  CHECK(vars["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] == "4");
+  CHECK(vars.count("ACCELERATE_USE_CPU") == 0);
+  // --print_config shows the switch as it parsed
+  r = parse_command_line({"--config_file", "acc.yaml", "--print_config"}, env_of({{"ACCELERATE_USE_CPU", "true"}}),
+                         files_of({{"acc.yaml", ds}}));
+  CHECK(r.output.find("\nuse_cpu: true ") != std::string::npos);
+  // the file's own use_cpu: the same (accelerate's args.cpu is the flag only)
+  auto o = ok({"--config_file", "acc.yaml", "t.py"}, ds + "use_cpu: true\n");
+  CHECK(accelerate_launcher(o, {}) == AccelerateLauncher::deepspeed);
+  // --cpu over the file's DEEPSPEED: accelerate's simple launcher, with ACCELERATE_USE_CPU=True
+  for (const char* cpu : {"--cpu", "--use_cpu"}) {
+    o = ok({"launch", "--config_file", "acc.yaml", cpu, "t.py"}, ds);
+    CHECK(accelerate_launcher(o, {}) == AccelerateLauncher::simple);
+    CHECK(variables(o, {})["ACCELERATE_USE_CPU"] == "True");
+    // the cores are spread by args.use_cpu, which a file sets from its own key (none here)
+    CHECK(variables(o, {nullptr, "/w", 1, 0, 8})["OMP_NUM_THREADS"] == "1");
+  }
+  CHECK(variables(ok({"launch", "--cpu", "t.py"}), {nullptr, "/w", 1, 0, 8})["OMP_NUM_THREADS"] == "8");
+  // two kinds as flags are still refused, as accelerate refuses them
+  CHECK(error({"launch", "--cpu", "--use_deepspeed", "t.py"}).find("choose two kinds of run") != std::string::npos);
+}

@@ -142,6 +142,7 @@ TEST_CASE("rdzv_conf durations below the millisecond the timers count in are ref
   CHECK_THROWS_WITH(parse_rdzv_conf("keep_alive_interval=0.0001"),
                     "keep_alive_interval expects seconds >= 0.001 (got '0.0001')");
   CHECK_THROWS_WITH(parse_rdzv_conf("join_timeout=0"), "join_timeout expects seconds >= 0.001 (got '0')");
+  CHECK_THROWS_WITH(parse_rdzv_conf("timeout=0", true), "timeout expects seconds >= 0.001 (got '0')");
   CHECK(parse_rdzv_conf("keep_alive_interval=0.001").keep_alive_interval_s == Approx(0.001));
   CHECK(parse_rdzv_conf("last_call_timeout=0.2").last_call_timeout_s == Approx(0.2));
 }
@@ -258,4 +259,67 @@ TEST_CASE("torch.distributed.launch's word: --local-rank=N unless --use_env; dee
   CHECK(ok({"deepspeed", "t.py"}).nproc_per_node.kind == NprocSpec::Kind::gpu_or_one);
   CHECK(ok({"deepspeed", "--no_local_rank", "t.py"}).local_rank_arg == Arg::none);
   CHECK_FALSE(ok({"--num_gpus=2", "t.py"}).deepspeed_variables);  // the alias alone changes nothing else
+}
+
+TEST_CASE("a long flag's unambiguous prefix is the flag, as torchrun's argparse takes it") {
+  // PyTorch's own launcher tests pass --redirect=3; torchrun takes --nproc_per and --max_restart too
+  CHECK(ok({"--nproc_per=2", "train.py"}).nproc_per_node.count == 2);
+  CHECK(ok({"--nproc_per", "3", "train.py"}).nproc_per_node.count == 3);
+  CHECK(ok({"--max_restart=1", "--redirect=3", "train.py"}).max_restarts == 1);
+  CHECK(ok({"--redirect", "3", "train.py"}).redirects.all == Streams::both);
+  CHECK(ok({"--standal", "train.py"}).standalone);
+  // dtlaunch's own flags take prefixes too, once torchrun's have none
+  CHECK(ok({"--fake_gpu=2", "--nproc_per_node=gpu", "train.py"}).fake_gpus == 2);
+  // errors name the flag in full
+  CHECK(error_of(parse({"--max_restart=x", "train.py"})) == "--max_restarts: expected an integer >= 0 (got 'x')");
+  // after the program, a prefix is the program's
+  CHECK(ok({"train.py", "--nproc_per=9"}).program_args == std::vector<std::string>{"--nproc_per=9"});
+}
+
+TEST_CASE("a prefix that argparse calls ambiguous is refused in one line that names the candidates") {
+  CHECK(error_of(parse({"--nproc=2", "train.py"})) ==
+        "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node (see dtlaunch --help)");
+  CHECK(error_of(parse({"--rdzv", "x", "train.py"})).rfind("ambiguous option: --rdzv could match --rdzv-backend, ", 0) == 0);
+  // accelerate launch's argparse takes no prefix (allow_abbrev=False): dtlaunch launch neither
+  CHECK(error_of(parse({"launch", "--num_proc=2", "train.py"})).rfind("unknown option --num_proc=2", 0) == 0);
+  CHECK(ok({"launch", "--num_processes=2", "train.py"}).nproc_per_node.count == 2);
+}
+
+TEST_CASE("rdzv_conf keys have torch's meaning for the backend, and the keys torch ignores are named") {
+  std::vector<std::string> ignored;
+  // static: torch's handler waits `timeout` (900 s by default) and reads nothing else
+  auto conf = parse_rdzv_conf("timeout=5,join_timeout=7", true, &ignored);
+  CHECK(conf.join_timeout(true) == 5);
+  CHECK(ignored == std::vector<std::string>{"'join_timeout' (the static backend waits `timeout` seconds, as torch's: "
+                                            "join_timeout is c10d's)"});
+  CHECK(parse_rdzv_conf("").join_timeout(true) == 900);
+  // c10d: join_timeout; `timeout` and unknown keys are ignored, quotes included (torch reads 'join_timeout as a key)
+  ignored.clear();
+  conf = parse_rdzv_conf("'join_timeout=5,last_call_timeout=1,timeout=5'", false, &ignored);
+  CHECK(conf.join_timeout(false) == 600);
+  CHECK(conf.last_call_timeout_s == 1);
+  REQUIRE(ignored.size() == 2);
+  CHECK(ignored[0] == "''join_timeout' (torch's rendezvous reads no such key)");
+  CHECK(ignored[1].rfind("'timeout' (the c10d backend waits join_timeout", 0) == 0);
+  // the keys torch reads are checked as torch checks them, even when dtlaunch has no use for them
+  CHECK_NOTHROW(parse_rdzv_conf("read_timeout=60,heartbeat_timeout=5,cas_backoff_max_seconds=0.5,store_type=tcp"));
+  CHECK_THROWS_WITH(parse_rdzv_conf("store_type=file"), "store_type=file: dtlaunch's rendezvous is served over TCP only");
+  CHECK_THROWS_WITH(parse_rdzv_conf("join_timeout= "), "join_timeout has no value");
+}
+
+TEST_CASE("the rdzv_conf keys torch ignores come back as warnings that name where they were given") {
+  auto r = parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29400", "--rdzv-conf=timeout=5,x=1",
+                  "train.py"});
+  REQUIRE(r.options);
+  CHECK(r.options->rdzv_conf.join_timeout(false) == 600);
+  REQUIRE(r.warnings.size() == 2);
+  CHECK(r.warnings[1] == "--rdzv-conf: ignoring 'x' (torch's rendezvous reads no such key)");
+  r = parse({"train.py"}, {{"PET_RDZV_CONF", "y=1"}});
+  CHECK(r.warnings == std::vector<std::string>{"PET_RDZV_CONF: ignoring 'y' (torch's rendezvous reads no such key)"});
+}
+
+TEST_CASE("torchrun's logs_specs entry point `default` is taken, another is refused") {
+  CHECK(ok({"--logs_specs=default", "train.py"}).program == "train.py");
+  CHECK(ok({"--logs-specs", "default", "train.py"}).program == "train.py");
+  CHECK(error_of(parse({"--logs_specs=my.Specs", "train.py"})).rfind("--logs_specs: expected default, torchrun's built-in", 0) == 0);
 }

@@ -381,15 +381,35 @@ TEST_CASE("values echoed in errors are escaped, so that every error is one line"
 
 TEST_CASE("a map nested in itself through aliases is looked at in bounded time") {
   // Each level names the one before twice: 2^60 paths, which unset() once walked in full.
-  std::string yaml = "distributed_type: MULTI_GPU\nl0: &l0 {a: 0, b: 0}\n";
+  // (inside megatron_lm_config, a key accelerate knows and dtlaunch only names)
+  std::string yaml = "distributed_type: MULTI_GPU\nmegatron_lm_config:\n  l0: &l0 {a: 0, b: 0}\n";
   for (int i = 1; i <= 60; ++i) {
-    yaml += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " {a: *l" + std::to_string(i - 1) + ", b: *l" +
+    yaml += "  l" + std::to_string(i) + ": &l" + std::to_string(i) + " {a: *l" + std::to_string(i - 1) + ", b: *l" +
             std::to_string(i - 1) + "}\n";
   }
   auto parsed = parse_config(yaml, "cfg.yaml");
   REQUIRE(std::holds_alternative<ConfigFile>(parsed));
   // A map inside itself: unset() recursed until the stack overflowed (found by config_file_fuzz).
-  parsed = parse_config("distributed_type: MULTI_GPU\nl1: &l1 {a: 0, b: *l1}\n", "cfg.yaml");
+  parsed = parse_config("distributed_type: MULTI_GPU\nmegatron_lm_config: &l1 {a: 0, b: *l1}\n", "cfg.yaml");
   REQUIRE(std::holds_alternative<ConfigFile>(parsed));
-  CHECK(std::get<ConfigFile>(parsed).warnings.at(0).rfind("cfg.yaml: ignoring l1 (", 0) == 0);
+  CHECK(std::get<ConfigFile>(parsed).warnings.at(0).rfind("cfg.yaml: ignoring megatron_lm_config (", 0) == 0);
+}
+
+TEST_CASE("an accelerate file with keys accelerate does not know is refused, as accelerate launch refuses it") {
+  // accelerate's own tests/test_configs/invalid_keys.yaml
+  const std::string yaml =
+      "compute_environment: LOCAL_MACHINE\ndeepspeed_config: {}\ndistributed_type: 'NO'\ndowncast_bf16: 'no'\n"
+      "fsdp_config: {}\nmachine_rank: 0\nmain_process_ip: null\nmain_process_port: null\n"
+      "main_training_function: main\nmixed_precision: 'no'\nnum_machines: 1\nnum_processes: 1\nuse_cpu: false\n"
+      "invalid_key: \"invalid_value\"\nanother_invalid_key: \"another_invalid_value\"";
+  auto parsed = parse_config(yaml, "invalid_keys.yaml");
+  REQUIRE(std::holds_alternative<dtl::Error>(parsed));
+  CHECK(std::get<dtl::Error>(parsed).message ==
+        "invalid_keys.yaml:14:1: invalid_key: unknown key (also another_invalid_key): accelerate launch refuses a "
+        "file with keys its config does not have (dtlaunch's own keys go in a file without distributed_type)");
+  // The keys accelerate converts itself (fp16, dynamo_backend) are its own; SageMaker's only on SageMaker.
+  auto converted = parse_config("distributed_type: MULTI_GPU\nfp16: true\n", "c.yaml");
+  CHECK(std::holds_alternative<ConfigFile>(converted));
+  auto sagemakers = parse_config("distributed_type: MULTI_GPU\nregion: x\n", "c.yaml");
+  CHECK(std::holds_alternative<dtl::Error>(sagemakers));
 }

@@ -101,7 +101,7 @@ TEST_CASE("the handshake names the token by where it came from") {
 }
 
 TEST_CASE("the agent's client and server and the rdzv-server get the same timings from --rdzv_conf") {
-  auto o = parsed({"--nnodes=2", "--rdzv_conf=join_timeout=7,last_call_timeout=0.25,keep_alive_interval=0.2,"
+  auto o = parsed({"--nnodes=2", "--rdzv_conf=timeout=7,last_call_timeout=0.25,keep_alive_interval=0.2,"
                    "keep_alive_max_attempt=4"});
   auto a = agent(o).options;
   REQUIRE(a.server);
