@@ -18,7 +18,8 @@ std::filesystem::path make_temp_dir(const std::filesystem::path& pattern) {
 }  // namespace
 
 RunLogDir::RunLogDir(const std::string& base, const std::string& run_id, bool error_files_only,
-                     const std::string& base_called) {
+                     const std::string& base_called)
+    : error_files_only_(error_files_only) {
   std::filesystem::path root = base;
   if (base.empty()) {
     std::filesystem::path tmp = std::filesystem::temp_directory_path();
@@ -40,9 +41,12 @@ RunLogDir::RunLogDir(const std::string& base, const std::string& run_id, bool er
   }
 }
 
-std::filesystem::path RunLogDir::rank_dir(int restart, int local_rank) const {
-  auto dir = run_dir_ / ("attempt_" + std::to_string(restart)) / std::to_string(local_rank);
+std::filesystem::path RunLogDir::rank_dir(int restart, int local_rank) {
+  auto attempt = [&](int n) { return run_dir_ / ("attempt_" + std::to_string(n)); };
   std::error_code ec;
+  if (restart != attempt_ && attempt_ >= 0 && temporary() && error_files_only_) std::filesystem::remove_all(attempt(attempt_), ec);
+  attempt_ = restart;
+  auto dir = attempt(restart) / std::to_string(local_rank);
   std::filesystem::create_directories(dir, ec);
   if (ec) throw std::system_error(ec, "cannot create " + dir.string());
   return dir;

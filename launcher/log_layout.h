@@ -17,8 +17,10 @@ class RunLogDir {
   RunLogDir(const std::string& base, const std::string& run_id, bool error_files_only,
             const std::string& base_called = "--log_dir");
 
-  /// Creates and returns `attempt_<restart>/<local_rank>/`.
-  std::filesystem::path rank_dir(int restart, int local_rank) const;
+  /// Creates and returns `attempt_<restart>/<local_rank>/`. In a temporary directory that holds only
+  /// error files, an earlier attempt's folder goes once a new attempt's is made: the folder stays
+  /// one attempt deep however often the group restarts.
+  std::filesystem::path rank_dir(int restart, int local_rank);
 
   const std::filesystem::path& path() const { return run_dir_; }
   /// The temporary directory above the run's (empty when `--log_dir` was given).
@@ -31,6 +33,8 @@ class RunLogDir {
  private:
   std::filesystem::path temp_root_;
   std::filesystem::path run_dir_;
+  bool error_files_only_ = false;
+  int attempt_ = -1;  ///< the newest attempt_<N> made
 };
 
 }  // namespace dtl::launcher

@@ -62,6 +62,10 @@ struct WorkerGroup::Impl {
   /// One of a worker's output streams on its way to the console and/or a file.
   struct Stream {
     Stream(asio::io_context& io, Worker& worker) : pipe(io), worker(worker) {}
+    Stream(const Stream&) = delete;
+    ~Stream() {
+      if (file_fd >= 0) ::close(file_fd);  // a worker that never started: close_stream never ran
+    }
     asio::posix::stream_descriptor pipe;
     Worker& worker;
     std::unique_ptr<LinePrefixer> prefixer;  ///< set when the stream goes to the console
@@ -72,11 +76,14 @@ struct WorkerGroup::Impl {
     size_t prefix_size = 0;
     bool open = false;
     bool paused = false;  ///< not read until the console drains (the worker waits on its own writes)
+    int pending = 0;      ///< handlers queued that name this stream: a read, a wait for the console
     std::array<char, 1 << 16> buf;
   };
 
   struct Worker {
     Worker(asio::io_context& io) : out(io, *this), err(io, *this) {}
+    /// No handler names it any more: it may be freed.
+    bool idle() const { return out.pending == 0 && err.pending == 0; }
     int local_rank = 0;
     int rank = 0;
     pid_t pid = -1;
@@ -107,7 +114,7 @@ struct WorkerGroup::Impl {
   asio::steady_timer drain_timer;
 
   std::vector<std::unique_ptr<Worker>> workers;
-  std::vector<std::unique_ptr<Worker>> retired;  ///< earlier attempts', kept while handlers may run
+  std::vector<std::unique_ptr<Worker>> retired;  ///< earlier attempts' with handlers still queued
   std::vector<Failure> failures;
   Phase phase = Phase::idle;
   unsigned stop_generation = 0;  ///< a later stop sequence supersedes an earlier one's pending step
@@ -126,11 +133,18 @@ struct WorkerGroup::Impl {
     drain_armed = false;
     start_failed = false;
     failures.clear();
-    for (auto& w : workers) retired.push_back(std::move(w));
+    // An earlier attempt's workers are freed once no handler names them: a restart costs the same
+    // memory whichever it is (each worker holds two 64 KiB buffers).
+    std::erase_if(retired, [](const auto& w) { return w->idle(); });
+    for (auto& w : workers) {
+      if (!w->idle()) retired.push_back(std::move(w));
+    }
     workers.clear();
-    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     close_filtered();
+    const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     try {
+      // the workers' stdin: never dtlaunch's own (a terminal, or the fan-out's pipe)
+      if (devnull < 0) throw std::system_error(errno, std::generic_category(), "cannot open /dev/null");
       const auto attempt_dir = logs.rank_dir(group.restart_count, 0).parent_path();
       if (!plan.stdout_filters.empty()) filtered_fds[1] = open_log(attempt_dir / "filtered_stdout.log");
       if (!plan.stderr_filters.empty()) filtered_fds[2] = open_log(attempt_dir / "filtered_stderr.log");
@@ -140,7 +154,7 @@ struct WorkerGroup::Impl {
       start_failed = true;
       run_stop({{SIGKILL, std::chrono::milliseconds(0)}});
     }
-    ::close(devnull);
+    if (devnull >= 0) ::close(devnull);
     maybe_finish();
   }
 
@@ -151,7 +165,16 @@ struct WorkerGroup::Impl {
     auto dir = logs.rank_dir(group.restart_count, lr);
     w->error_file = (dir / "error.json").string();
 
-    int child_fds[3] = {stdin_fd, -1, -1};
+    // The ends the worker writes to: dtlaunch's copies are closed once it started, or when it cannot.
+    struct ChildEnds {
+      int fds[3];
+      ~ChildEnds() {
+        for (int which : {1, 2}) {
+          if (fds[which] >= 0) ::close(fds[which]);
+        }
+      }
+    } ends{{stdin_fd, -1, -1}};
+    int (&child_fds)[3] = ends.fds;
     for (int which : {1, 2}) child_fds[which] = connect_stream(*w, group, which, dir);
 
     WorkerSlot slot{lr, w->error_file, plan.cuda_visible_devices[lr]};
@@ -166,7 +189,6 @@ struct WorkerGroup::Impl {
     w->pid = spawn_worker(spec);
     w->running = true;
     guard.watch(w->pid);
-    for (int which : {1, 2}) ::close(child_fds[which]);
     for (Stream* s : {&w->out, &w->err}) {
       if (s->open) read_more(*s);
     }
@@ -186,7 +208,11 @@ struct WorkerGroup::Impl {
     wrote_files |= to_file;
     if (!to_console) return file_fd;  // the worker writes its file itself
     int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
+    if (pipe2(p, O_CLOEXEC) != 0) {
+      const int e = errno;
+      if (file_fd >= 0) ::close(file_fd);
+      throw std::system_error(e, std::generic_category(), "pipe");
+    }
     s.pipe.assign(p[0]);
     s.open = true;
     s.file_fd = file_fd;
@@ -204,7 +230,9 @@ struct WorkerGroup::Impl {
   // ---- output ----
 
   void read_more(Stream& s) {
+    ++s.pending;
     s.pipe.async_read_some(asio::buffer(s.buf), [this, &s](const boost::system::error_code& ec, size_t n) {
+      --s.pending;
       if (n > 0) deliver(s, n);
       if (ec) {
         if (s.open) close_stream(s);
@@ -215,7 +243,11 @@ struct WorkerGroup::Impl {
       // at most a pipe buffer more, and is read to its end so the group can finish.
       if (s.worker.running && console.backed_up()) {
         s.paused = true;
-        console.when_drained(io, [this, &s] { resume(s); });
+        ++s.pending;
+        console.when_drained(io, [this, &s] {
+          --s.pending;
+          resume(s);
+        });
         return;
       }
       read_more(s);
