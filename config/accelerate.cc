@@ -6,6 +6,7 @@
 #include <map>
 #include <tuple>
 
+#include "config/config_file.h"
 #include "config/text.h"
 
 namespace dtl::config {
@@ -60,17 +61,45 @@ std::string omp_threads(const LaunchOptions& o, const Settings& s, const Acceler
   return std::to_string(threads);
 }
 
+}  // namespace
+
+std::string python_bool_word(const std::string& word) {
+  const std::string w = text::lower(text::trim(word));
+  if (w == "y" || w == "yes" || w == "t" || w == "true" || w == "on" || w == "1") return "True";
+  if (w == "n" || w == "no" || w == "f" || w == "false" || w == "off" || w == "0") return "False";
+  return "";
+}
+
+namespace {
+
+/// FPROP, DGRAD, WGRAD: a flag's comma-separated booleans (`type=lambda x: tuple(map(str_to_bool, ...))`),
+/// a file's list as PyYAML read it, or a file's string character by character (str(value[i])).
+std::vector<std::string> override_precision(const LaunchOptions& o, const std::string& v) {
+  const Source source = o.source("fp8_override_linear_precision");
+  std::vector<std::string> parts;
+  if (source.kind == Source::Kind::file && source.note == kOverrideCharacters) {
+    for (size_t i = 0; i < 3 && i < v.size(); ++i) parts.emplace_back(1, v[i]);
+  } else if (source.kind == Source::Kind::file) {
+    parts = text::split(v, ',');
+  } else {
+    for (const auto& item : text::split(v, ',')) parts.push_back(python_bool_word(item));
+  }
+  parts.resize(3, "False");
+  return parts;
+}
+
 /// setup_fp8_env: every fp8_ setting, with the parser's defaults, as ACCELERATE_FP8_*.
-void add_fp8(const AccelerateOptions& a, Vars& vars) {
+void add_fp8(const LaunchOptions& o, Vars& vars) {
+  const AccelerateOptions& a = o.accelerate;
   std::map<std::string, std::string> fp8 = {
       {"fp8_use_autocast_during_eval", "False"}, {"fp8_margin", "0"}, {"fp8_interval", "1"},
       {"fp8_format", "HYBRID"}, {"fp8_amax_history_len", "1024"}, {"fp8_amax_compute_algo", "most_recent"},
       {"fp8_opt_level", "O2"}, {"fp8_enable_fsdp_float8_all_gather", "1"}, {"fp8_pad_inner_dim", "1"}};
-  std::string override_precision = "False,False,False";
+  std::vector<std::string> override = {"False", "False", "False"};
   for (const auto& [name, v] : a.values) {
     if (name.rfind("fp8_", 0) != 0 || v.empty()) continue;
     if (name == "fp8_override_linear_precision") {
-      override_precision = v;
+      override = override_precision(o, v);
     } else if (name == "fp8_use_autocast_during_eval") {
       fp8[name] = v == "1" || v == "True" ? "True" : "False";
     } else if (name == "fp8_enable_fsdp_float8_all_gather" || name == "fp8_pad_inner_dim") {
@@ -81,11 +110,9 @@ void add_fp8(const AccelerateOptions& a, Vars& vars) {
     }
   }
   for (const auto& [name, v] : fp8) vars.emplace_back("ACCELERATE_" + text::upper(name), v);
-  auto parts = text::split(override_precision, ',');
-  parts.resize(3, "False");
-  vars.emplace_back("ACCELERATE_FP8_OVERRIDE_FPROP", parts[0]);
-  vars.emplace_back("ACCELERATE_FP8_OVERRIDE_DGRAD", parts[1]);
-  vars.emplace_back("ACCELERATE_FP8_OVERRIDE_WGRAD", parts[2]);
+  vars.emplace_back("ACCELERATE_FP8_OVERRIDE_FPROP", override[0]);
+  vars.emplace_back("ACCELERATE_FP8_OVERRIDE_DGRAD", override[1]);
+  vars.emplace_back("ACCELERATE_FP8_OVERRIDE_WGRAD", override[2]);
 }
 
 void add_dynamo(const Settings& s, Vars& vars) {
@@ -187,7 +214,7 @@ std::vector<std::pair<std::string, std::string>> accelerate_variables(const Laun
   if (o.debug) vars.emplace_back("ACCELERATE_DEBUG_MODE", "true");
   const std::string precision = o.mixed_precision.empty() ? "no" : o.mixed_precision;
   vars.emplace_back("ACCELERATE_MIXED_PRECISION", precision);
-  if (precision == "fp8") add_fp8(o.accelerate, vars);
+  if (precision == "fp8") add_fp8(o, vars);
   if (launcher == AccelerateLauncher::deepspeed) {
     add_deepspeed(o, s, host, vars);
   } else {

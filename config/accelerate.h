@@ -36,6 +36,9 @@ AccelerateLauncher accelerate_launcher(const LaunchOptions& o, const AccelerateH
 std::vector<std::pair<std::string, std::string>> accelerate_variables(const LaunchOptions& o,
                                                                       const AccelerateHost& host);
 
+/// accelerate's str_to_bool(word), as str() of its result ("True", "False"); "" for a word it refuses.
+std::string python_bool_word(const std::string& word);
+
 /// Python's str() of a float as accelerate's `type=float` flags hold it: "1.0", "0.5", "1e-05".
 std::string python_float(double v);
 

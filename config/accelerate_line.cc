@@ -93,6 +93,13 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
     }
     kind = &s;
   }
+  // accelerate's --fp8_override_linear_precision: comma-separated str_to_bool words
+  if (const Resolved& p = row(settings, Setting::fp8_override_linear_precision);
+      p.source.kind != Source::Kind::file && !p.text.empty()) {
+    for (const auto& item : text::split(p.text, ',')) {
+      if (python_bool_word(item).empty()) return value_error(p, "expected comma-separated booleans like False,False,True");
+    }
+  }
   const auto& v = o.accelerate.values;
   auto value = [&](const char* name, const char* fallback) {
     auto it = v.find(name);

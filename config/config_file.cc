@@ -235,6 +235,24 @@ std::string accelerate_text(const Reader& r, const Entry& e, const Flag& f) {
   return flag_text(r, e, f.type);
 }
 
+/// fp8_config's override_linear_precision as accelerate's setup_fp8_env reads it: items 0, 1 and 2
+/// of what PyYAML gave, as str(): a list's values (`False`), or a string's first three characters.
+FileValue override_precision(const Reader& r, const Entry& e) {
+  if (e.value.IsSequence()) {
+    std::vector<std::string> items;
+    for (const auto& item : e.value) {
+      if (!item.IsScalar()) r.expected(e, "a list of three booleans");
+      auto b = plain(item) ? yaml_bool(item.Scalar()) : std::nullopt;
+      items.push_back(b ? (*b ? "True" : "False") : item.Scalar());
+    }
+    if (items.size() < 3) r.expected(e, "a list of three booleans");
+    return r.value(e, text::join(items));
+  }
+  const std::string text = r.scalar(e, "a list of three booleans");
+  if (text.size() < 3) r.expected(e, "a list of three booleans");
+  return r.value(e, text, kOverrideCharacters);
+}
+
 /// deepspeed_config, fsdp_config, dynamo_config and fp8_config: each key is accelerate's flag of the same
 /// name (fsdp_config's `x` is `fsdp_x`, fp8_config's `fp8_x`, dynamo_config's `dynamo_x`); a key that is
 /// no such flag is named in the file's warning, since no worker sees it.
@@ -259,7 +277,12 @@ void read_accelerate_sections(const Reader& r, const std::map<std::string, const
         if (!unset(kv->second, budget)) unknown.push_back(inner.name);
         continue;
       }
-      if (!kv->second.IsNull()) out.values[name] = r.value(inner, accelerate_text(r, inner, *f));
+      if (kv->second.IsNull()) continue;
+      if (f->id == Setting::fp8_override_linear_precision) {
+        out.values[name] = override_precision(r, inner);
+        continue;
+      }
+      out.values[name] = r.value(inner, accelerate_text(r, inner, *f));
     }
   }
   if (!unknown.empty()) {
@@ -396,6 +419,10 @@ void read_accelerate(const Reader& r, const std::vector<Entry>& entries, ConfigF
     if (text::lower(text::trim(ids)) != "all") out.values["gpu_ids"] = r.value(*e, ids);
   }
   int budget = 100000;  // nodes unset() may look at
+  if (const Entry* e = get("mpirun_config"); e && !unset(e->value, budget)) {
+    r.fail(*e, "accelerate runs mpirun for this; dtlaunch starts the CPU processes itself (several machines: "
+               "--nnodes and a dtlaunch per machine, or --hostfile): drop mpirun_config");
+  }
   read_accelerate_sections(r, by_name, out, budget);
   // What accelerate does and dtlaunch does not: named once, unless left at its default.
   std::set<std::string> acted_on = {"distributed_type", "same_network", "deepspeed_config", "fsdp_config",

@@ -41,6 +41,10 @@ struct ConfigFile {
 /// A parsed file, or one error "cfg.yaml:3:5: key: expected ..., got ...".
 using ConfigResult = std::variant<ConfigFile, Error>;
 
+/// The note of fp8_config's override_linear_precision given as a string, which accelerate reads
+/// character by character.
+inline constexpr const char* kOverrideCharacters = "a string: accelerate takes its first three characters";
+
 /// Files with `distributed_type` or `compute_environment` are accelerate's; the others dtlaunch's,
 /// whose keys are the rows of the flag table (config/flags.h) and `env`.
 ConfigResult parse_config(const std::string& text, const std::string& path);

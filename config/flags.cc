@@ -205,8 +205,9 @@ const std::vector<Flag> kFlags = {
        o.module = parse_bool(t);  // with --no_python: check_rules
      }},
     {.id = Setting::run_path, .name = "run_path", .type = Type::switch_, .group = kWorkers,
-     .help = "accepted for torchrun's command lines: runs the script through `python3`",
-     .apply = [](const S& t, O&) { parse_bool(t); }},
+     .help = "run the script as torchrun does: `runpy.run_path` inside a small Python main, under torch's `record` "
+             "when torch imports (its error file for an uncaught exception); over `--no_python` and `--module`",
+     .apply = [](const S& t, O& o) { o.run_path = parse_bool(t); }},
     {.id = Setting::log_dir, .name = "log_dir", .default_shown = "temporary", .group = kOutput,
      .help = "base of the per-rank files, in torchrun's layout", .names_path = true,
      .apply = [](const S& t, O& o) { o.log_dir = t; }},

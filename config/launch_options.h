@@ -131,6 +131,7 @@ struct LaunchOptions {
   std::string role = "default";
   bool no_python = false;
   bool module = false;
+  bool run_path = false;  ///< torchrun's --run-path: the script through runpy.run_path
   std::string log_dir;  ///< empty: a temporary directory
   StreamsSpec redirects;
   StreamsSpec tee;

@@ -124,13 +124,26 @@ bool is_multi_node(const config::LaunchOptions& o) {
 
 namespace {
 
+/// torchrun's --run-path worker (run.py's run_script_path under elastic's `record`): the script
+/// through runpy.run_path, with the script's folder first on sys.path as for `python script.py`; an
+/// uncaught exception writes torch's error file when torch imports.
+constexpr const char* kRunPathMain =
+    "import os, runpy, sys\n"
+    "sys.argv = sys.argv[1:]\n"
+    "sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))\n"
+    "try:\n"
+    "    from torch.distributed.elastic.multiprocessing.errors import record\n"
+    "except ImportError:\n"
+    "    record = lambda fn: fn\n"
+    "record(lambda: runpy.run_path(sys.argv[0], run_name='__main__'))()\n";
+
 /// What runs: the program itself (--no_python), or python on the script or module; 127 when it is
 /// not there.
 std::optional<Error> plan_command(const config::LaunchOptions& o, const config::EnvLookup& env, const HostFacts& host,
                                   LaunchPlan& plan) {
   const std::string path_env = env("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
   plan.title = o.program;
-  if (o.no_python) {
+  if (o.no_python && !o.run_path) {  // torchrun: --run-path wins over --no-python and --module
     auto exe = host.find_program(o.program, path_env);
     if (!exe) {
       if (o.program.find('/') != std::string::npos && host.exists(o.program)) {
@@ -146,12 +159,16 @@ std::optional<Error> plan_command(const config::LaunchOptions& o, const config::
     std::string python = env("PYTHON_EXEC").value_or("python3");
     auto exe = host.find_program(python, path_env);
     if (!exe) return error("python interpreter '" + python + "' not found (set PYTHON_EXEC, or use --no_python)", 127);
-    if (!o.module && !host.exists(o.program)) {
+    if ((o.run_path || !o.module) && !host.exists(o.program)) {
       return error("script '" + o.program + "' not found (use --no_python to run a program from PATH)", 127);
     }
     plan.exec_path = *exe;
     plan.argv = {python, "-u"};
-    if (o.module) plan.argv.push_back("-m");
+    if (o.run_path) {
+      plan.argv.insert(plan.argv.end(), {"-c", kRunPathMain});
+    } else if (o.module) {
+      plan.argv.push_back("-m");
+    }
     plan.argv.push_back(o.program);
   }
   if (o.local_rank_arg != config::LaunchOptions::LocalRankArg::none) {

@@ -265,3 +265,35 @@ TEST_CASE("ACCELERATE_USE_CPU and a file's use_cpu keep the file's kind of run; 
   // two kinds as flags are still refused, as accelerate refuses them
   CHECK(error({"launch", "--cpu", "--use_deepspeed", "t.py"}).find("choose two kinds of run") != std::string::npos);
 }
+
+TEST_CASE("fp8's override_linear_precision gives what accelerate gives, from a flag, a file's list or string") {
+  const std::string fp8 = "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: fp8\nfp8_config:\n";
+  auto three = [](const LaunchOptions& o) {
+    auto v = variables(o, {});
+    return v["ACCELERATE_FP8_OVERRIDE_FPROP"] + "|" + v["ACCELERATE_FP8_OVERRIDE_DGRAD"] + "|" +
+           v["ACCELERATE_FP8_OVERRIDE_WGRAD"];
+  };
+  // the flag: tuple(map(str_to_bool, x.split(","))), each as str()
+  CHECK(three(ok({"launch", "--multi_gpu", "--num_processes=2", "--mixed_precision=fp8",
+                  "--fp8_override_linear_precision=true,0,no", "t.py"})) == "True|False|False");
+  // a file's list: str() of each value PyYAML read
+  CHECK(three(ok({"--config_file", "acc.yaml", "t.py"}, fp8 + "  override_linear_precision: [true, false, true]\n")) ==
+        "True|False|True");
+  // a file's string (accelerate's own tests/test_configs/0_34_0_fp8.yaml): value[0], [1], [2]
+  CHECK(three(ok({"--config_file", "acc.yaml", "t.py"}, fp8 + "  override_linear_precision: (false, false, false)\n")) ==
+        "(|f|a");
+  CHECK(three(ok({"--config_file", "acc.yaml", "t.py"}, fp8 + "  backend: TE\n")) == "False|False|False");
+  CHECK(error({"launch", "--multi_gpu", "--num_processes=2", "--fp8_override_linear_precision=x", "t.py"}) ==
+        "--fp8_override_linear_precision: expected comma-separated booleans like False,False,True (got 'x')");
+}
+
+TEST_CASE("an accelerate file that runs mpirun is refused in one line, as its flag is") {
+  // accelerate's own tests/test_configs/0_28_0_mpi.yaml
+  const std::string yaml = "distributed_type: MULTI_CPU\nnum_machines: 4\nnum_processes: 16\nuse_cpu: true\n"
+                           "main_process_ip: 127.0.0.1\nmpirun_config:\n  mpirun_hostfile: /home/user/hostfile\n";
+  CHECK(error({"launch", "--config_file", "acc.yaml", "t.py"}, yaml).rfind(
+            "acc.yaml:7:3: mpirun_config: accelerate runs mpirun for this; dtlaunch starts the CPU processes itself", 0) == 0);
+  // left at its default ({}), it is no mpirun run
+  CHECK(ok({"--config_file", "acc.yaml", "t.py"}, "distributed_type: MULTI_CPU\nnum_processes: 2\nmpirun_config: {}\n")
+            .nproc_per_node.count == 2);
+}

@@ -257,3 +257,17 @@ TEST_CASE("the plan finds programs and scripts through the host's facts, not the
   REQUIRE(std::holds_alternative<Error>(refused));
   CHECK(std::get<Error>(refused).exit_code == 127);
 }
+
+TEST_CASE("--run_path runs the script through runpy.run_path, as torchrun's --run-path, over --no_python") {
+  Fixture f;
+  for (auto args : {std::vector<std::string>{"--run_path", "/etc/hostname", "a"},
+                    std::vector<std::string>{"--run-path", "--no_python", "/etc/hostname", "a"}}) {
+    auto p = f.ok(args);
+    REQUIRE(p.argv.size() == 6);
+    CHECK(p.argv[0] == "python3");
+    CHECK(p.argv[2] == "-c");
+    CHECK(p.argv[3].find("runpy.run_path(sys.argv[0], run_name='__main__')") != std::string::npos);
+    CHECK(std::vector<std::string>(p.argv.begin() + 4, p.argv.end()) == std::vector<std::string>{"/etc/hostname", "a"});
+  }
+  CHECK(f.refused({"--run_path", "/no/such/script.py"}).message.find("script '/no/such/script.py' not found") == 0);
+}
