@@ -45,7 +45,7 @@ bool slurm_step(const EnvLookup& env, ClusterDetection& d) {
   if (text::trim(*nodes) == "1") return true;
   Detected& addr = d.values[Setting::master_addr] = {"", "SLURM_STEP_NODELIST", "its first host", std::nullopt};
   try {
-    auto hosts = expand_hostlist(*nodelist);
+    auto hosts = expand_hostlist(*nodelist, 1);  // the first host is all it takes
     if (hosts.empty()) throw std::invalid_argument("no host");
     addr.text = hosts.front();
   } catch (const std::invalid_argument& e) {
@@ -54,6 +54,11 @@ bool slurm_step(const EnvLookup& env, ClusterDetection& d) {
   if (id) {
     d.values[Setting::master_port] = {std::to_string(slurm_job_port(*id)), "SLURM_JOB_ID",
                                       "10000 + SLURM_JOB_ID % 10000", std::nullopt};
+  } else if (job) {  // the nodes' port and job id come from it: never a silent 29500
+    const std::string why =
+        "SLURM_JOB_ID=" + printable(*job) + " is not a job number (give --master_port and --rdzv_id)";
+    d.values[Setting::master_port] = {"", "SLURM_JOB_ID", "", why};
+    d.values[Setting::rdzv_id] = {"", "SLURM_JOB_ID", "", why};
   }
   return true;
 }

@@ -94,13 +94,15 @@ void expand_item(const std::string& item, std::vector<std::string>& out) {
 
 }  // namespace
 
-std::vector<std::string> expand_hostlist(const std::string& expression) {
+std::vector<std::string> expand_hostlist(const std::string& expression, size_t enough) {
   std::vector<std::string> hosts;
   std::string item;
   int depth = 0;
   for (char c : expression) {
     if ((c == ',' || is_blank(c)) && depth == 0) {
       if (!item.empty()) expand_item(item, hosts);
+      if (hosts.size() > kMaxRange) bad(item, "more than 65536 hosts in all, dtlaunch's limit");
+      if (hosts.size() >= enough) return hosts;
       item.clear();
       continue;
     }
@@ -111,6 +113,7 @@ std::vector<std::string> expand_hostlist(const std::string& expression) {
   }
   if (depth > 0) bad(item, "'[' without its ']'");
   if (!item.empty()) expand_item(item, hosts);
+  if (hosts.size() > kMaxRange) bad(item, "more than 65536 hosts in all, dtlaunch's limit");
   return hosts;
 }
 

@@ -396,7 +396,7 @@ class Fanout {
     timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || preflight_done_) return;
       for (auto& n : nodes_) {
-        if (!n->answered) return fail_preflight(*n, "no answer in " + std::to_string(kPreflightTimeout.count()) + " s", 1);
+        if (!n->answered) return fail_preflight(*n, "no answer in " + std::to_string(kPreflightTimeout.count()) + " s", 2);
       }
     });
     io_.run();

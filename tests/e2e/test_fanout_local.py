@@ -54,6 +54,13 @@ class FanoutStop(LaunchTest):
         open(os.path.join(self.tmp, "release"), "w").close()
         return job
 
+    def test_a_host_that_never_answers_fails_the_preflight_with_exit_2_as_every_preflight_failure(self):
+        r = Running([DTLAUNCH, "--ssh_command", self.ssh, "--hosts", "127.0.0.1:1,late:1", "--remote_dtlaunch",
+                     DTLAUNCH, "--no_python", "true"], self.env(FAKE_DIR=self.tmp, FAKE_MODE="hang"),
+                    cwd=self.tmp).finish(timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("dtlaunch: error: host late: no answer in 30 s (preflight; nothing was started)\n", r.stderr)
+
     def test_ctrl_c_while_a_host_is_connecting_exits_130_without_a_preflight_error(self):
         r = self.ctrl_c_while_late_connects(DTLAUNCH, "unreachable").finish(timeout=40)
         self.assertExitCode(r, 130)

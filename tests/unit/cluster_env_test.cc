@@ -225,3 +225,18 @@ TEST_CASE("launcher ssh is the --hostfile/--hosts fan-out, and slurm refuses hos
   CHECK(start({"--launcher=ssh", "t.py"}) == 2);
   CHECK(start({"--launcher=slurm", "--hosts=a:1,b:1", "t.py"}) == 2);
 }
+
+TEST_CASE("an srun step whose SLURM_JOB_ID is no number is refused unless the port and id are given") {
+  // it gave every node port 29500 and run id none, silently
+  auto r = parse({"t.py"}, srun_step({{"SLURM_JOB_ID", "abc"}}));
+  REQUIRE(r.error);
+  CHECK(r.error->message == "SLURM_JOB_ID=abc is not a job number (give --master_port and --rdzv_id)");
+  auto o = ok({"--master_port=29511", "--rdzv_id=j", "t.py"}, srun_step({{"SLURM_JOB_ID", "abc"}}));
+  CHECK(o.master_port == 29511);
+}
+
+TEST_CASE("a step's node list is read up to its first host") {
+  std::string many;
+  for (int i = 0; i < 4000; ++i) many += "x[0-65535],";
+  CHECK(ok({"t.py"}, srun_step({{"SLURM_STEP_NODELIST", many}})).master_addr == "x0");
+}

@@ -66,3 +66,11 @@ TEST_CASE("malformed hostlists are refused with the reason") {
   CHECK(reason("n[1-300][1-300]") == "hostlist item 'n[1-300][1-300]': more than 65536 hosts, dtlaunch's limit");
   CHECK(reason("n[1-40000,1-40000]") == "hostlist item 'n[1-40000,1-40000]': more than 65536 hosts, dtlaunch's limit");
 }
+
+TEST_CASE("a hostlist is bounded in all, and its first host is taken without expanding the rest") {
+  std::string many;
+  for (int i = 0; i < 4000; ++i) many += "x[0-65535],";  // 262 M hosts: std::bad_alloc once
+  CHECK_THROWS_WITH(expand_hostlist(many), Catch::Contains("more than 65536 hosts in all"));
+  CHECK(expand_hostlist(many, 1).front() == "x0");
+  CHECK(expand_hostlist("a,b[1-3],c", 2) == Hosts{"a", "b1", "b2", "b3"});
+}
