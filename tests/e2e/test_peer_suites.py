@@ -65,6 +65,22 @@ def shown(r):
             f"stderr:\n{r.stderr[-6000:]}")
 
 
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def finished(r):
+    """The script did its work: exit 0, or torch's abort at interpreter exit and nothing else wrong.
+    A script that never destroys its process group (torch's test_script_init_method.py,
+    transformers' eval_ddp.py) can end so once its work is done: a gloo thread that a peer's leaving
+    wakes during finalization unwinds through a noexcept frame. It happens under torchrun's own
+    workers (`python -u script.py`) as under dtlaunch's (README: Known limits); what each test checks
+    beyond the exit (files touched, losses, results) still has to hold."""
+    if r.returncode == 0:
+        return True
+    text = r.stdout + r.stderr
+    return r.returncode != "timeout" and TEARDOWN_ABORT in text and "Traceback (most recent call last)" not in text
+
+
 def unprefixed(text):
     """Lines without dtlaunch's `[<role><local_rank>]:` or torchrun's `[rankN]:`/`[defaultN]:` prefix."""
     return [re.sub(r"^\[\w+\]:", "", line) for line in text.splitlines()]
@@ -81,7 +97,7 @@ class PeerTest(LaunchTest):
         return super().env(**base)
 
     def assertSucceeded(self, r):
-        self.assertEqual(r.returncode, 0, shown(r))
+        self.assertTrue(finished(r), shown(r))
 
     def assertRefused(self, r):
         self.assertNotIn(r.returncode, (0, "timeout"), shown(r))
@@ -322,14 +338,8 @@ class PyTorchLauncherCases(PeerTest):
 
         def check(r, _):
             # nothing to validate, just make sure it runs (each worker prints Done after its allreduce)
+            self.assertSucceeded(r)
             self.assertEqual(r.stdout.count("Done"), 4, shown(r))
-            if r.returncode != 0:
-                # The script never destroys its process group: at interpreter exit a gloo thread that a
-                # peer's leaving wakes can end in std::terminate (its pthread_exit unwinds through a
-                # noexcept frame). torchrun's plain workers (`python script.py`) show it in about 1 run
-                # of 6 on 2 cores, dtlaunch's --run-path workers about as often; the launch did its
-                # part once every rank printed Done.
-                self.assertIn("terminate called without an active exception", r.stdout + r.stderr, shown(r))
         self.each(results, check)
 
     def test_init_method_tcp_with_torchelastic(self):
@@ -579,7 +589,7 @@ class TransformersTrainerScripts(PeerTest):
         real, ours = pair
         (r_real, out_real), (r_ours, out_ours) = results[real], results[ours]
         self.each(results, lambda r, _: self.assertSucceeded(r))
-        if r_real.returncode != 0 or r_ours.returncode != 0:
+        if not finished(r_real) or not finished(r_ours):
             return
         if script == "training_parity.py":
             with open(os.path.join(out_real, "losses.json")) as f_real, open(os.path.join(out_ours, "losses.json")) as f_ours:

@@ -258,7 +258,7 @@ TEST_CASE("the plan finds programs and scripts through the host's facts, not the
   CHECK(std::get<Error>(refused).exit_code == 127);
 }
 
-TEST_CASE("--run_path runs the script through runpy.run_path, as torchrun's --run-path, over --no_python") {
+TEST_CASE("torchrun's --run_path: the script through runpy.run_path, over --no_python") {
   Fixture f;
   for (auto args : {std::vector<std::string>{"--run_path", "/etc/hostname", "a"},
                     std::vector<std::string>{"--run-path", "--no_python", "/etc/hostname", "a"}}) {
