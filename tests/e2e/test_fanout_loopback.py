@@ -11,8 +11,11 @@ import subprocess
 from common import DTLAUNCH, LaunchTest, free_port, main
 
 FAKE_SSH = """#!/bin/sh
-# ssh's stand-in: records its arguments (one JSON list per line), then runs the remote command here.
-python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$FAKE_SSH_LOG"
+# ssh's stand-in: records its arguments (one JSON list per line, in one O_APPEND write, as the hosts'
+# stand-ins run at once), then runs the remote command here.
+python3 -c 'import json, os, sys
+fd = os.open(os.environ["FAKE_SSH_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+os.write(fd, (json.dumps(sys.argv[1:]) + "\\n").encode())' "$@"
 for last; do :; done
 exec sh -c "$last"
 """
