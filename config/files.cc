@@ -1,6 +1,7 @@
 #include "config/files.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,11 +16,19 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
+/// Whether `fd` has bytes or its end within `wait`.
+bool readable_within(int fd, std::chrono::milliseconds wait) {
+  pollfd p{fd, POLLIN, 0};
+  const int ready = posix::retry_eintr([&] { return ::poll(&p, 1, static_cast<int>(wait.count())); });
+  return ready > 0;
+}
+
 }  // namespace
 
 ReadFile disk_files() {
   return [](const std::string& path) -> FileRead {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Not blocking in open: a FIFO nobody writes would hold it for ever.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
       return {errno == ENOENT ? FileRead::Status::missing : FileRead::Status::error, errno_text()};
     }
@@ -28,6 +37,13 @@ ReadFile disk_files() {
       ::close(fd);
       return {FileRead::Status::error, "it is a directory"};
     }
+    // A pipe (`--hostfile <(...)`) has a writer at once; a FIFO whose writer never comes is an error.
+    if (S_ISFIFO(st.st_mode) && !readable_within(fd, kPipeWriterWait)) {
+      ::close(fd);
+      return {FileRead::Status::error, "it is a pipe that nothing wrote to in " +
+                                           std::to_string(kPipeWriterWait.count() / 1000) + " s"};
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     posix::ReadAll got = posix::read_all(fd, kMaxConfigFileBytes);
     ::close(fd);
     if (got.error) return {FileRead::Status::error, std::strerror(got.error)};

@@ -2,6 +2,7 @@
 // a disk, and one atomic write for everything dtlaunch writes for the user.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -11,6 +12,8 @@ namespace dtl::config {
 /// Config files are a few hundred bytes; a file past this is refused unread (also /dev/zero), which
 /// bounds the parse: the worst 256 KiB we found (a flow list of 131072 items) take 0.4 s and 75 MB.
 inline constexpr size_t kMaxConfigFileBytes = 256 << 10;
+/// How long a FIFO given as a file may wait for its first bytes or its end.
+inline constexpr std::chrono::milliseconds kPipeWriterWait{5000};
 
 struct FileRead {
   enum class Status { ok, missing, error } status = Status::ok;

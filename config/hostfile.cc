@@ -66,11 +66,20 @@ std::variant<std::vector<Host>, Error> parse_hostfile(const std::string& text, c
 std::variant<std::vector<Host>, Error> parse_host_list(const std::string& list, const std::string& from) {
   std::vector<Host> hosts;
   for (const auto& item : text::split(list, ',')) {
-    // A count follows the last ':' (an IPv6 address is written in brackets: [::1]:4).
+    // A count follows the last ':'. An IPv6 address takes a count in brackets ([::1]:4); bare (::1),
+    // all of it is the address.
+    const bool bracketed = item.starts_with('[');
+    if (bracketed && item.find(']') == std::string::npos) {
+      return Error{from + ": expected ] after the IPv6 address in " + printable(item, 80), 2};
+    }
+    const bool bare_ipv6 = !bracketed && std::count(item.begin(), item.end(), ':') > 1;
     const auto colon = item.rfind(':');
-    const bool counted = colon != std::string::npos && item.find(']', colon) == std::string::npos;
+    const bool counted = colon != std::string::npos && !bare_ipv6 && item.find(']', colon) == std::string::npos;
     Host h{counted ? item.substr(0, colon) : item, std::nullopt, {}};
-    if (!h.name.empty() && h.name.front() == '[' && h.name.back() == ']') h.name = h.name.substr(1, h.name.size() - 2);
+    if (bracketed) {
+      if (h.name.back() != ']') return Error{from + ": expected host[:slots],..., got " + printable(item, 80), 2};
+      h.name = h.name.substr(1, h.name.size() - 2);
+    }
     if (!valid_host(h.name)) return Error{from + ": expected host[:slots],..., got " + printable(item, 80), 2};
     if (counted && !(h.slots = count(item.substr(colon + 1)))) {
       return Error{from + ": expected a slot count in 1..4096 after " + printable(h.name, 80) + ":", 2};

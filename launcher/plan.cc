@@ -13,6 +13,7 @@
 #include "launcher/failure.h"
 #include "launcher/fanout.h"
 #include "launcher/line_prefixer.h"
+#include "launcher/rdzv_options.h"
 #include "launcher/spawn.h"
 
 namespace dtl::launcher {
@@ -296,8 +297,15 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
                            "(set OMP_NUM_THREADS to choose)");
   }
 
-  // Where rank 0 listens (on several nodes, the rendezvous says), and who the job is.
+  // Where rank 0 listens (on several nodes, the rendezvous says), and who the job is. One node of
+  // the static backend with --rdzv_endpoint: torch's static handler serves the store there.
   plan.group.master_addr = o.master_addr;
+  int master_port = o.master_port;
+  if (!is_multi_node(o) && !o.standalone && o.rdzv_backend == "static" && !o.rdzv_endpoint.empty()) {
+    auto ep = rdzv_endpoint(o);
+    if (auto* err = std::get_if<Error>(&ep)) return *err;
+    std::tie(plan.group.master_addr, master_port) = std::get<std::pair<std::string, int>>(ep);
+  }
   plan.group.agent_store = o.agent_store;
   // torchrun 2.x: one node, the static backend and no port given anywhere is --standalone (a free
   // port, a fresh run id), so that a taken 29500 stops no single-node job.
@@ -305,8 +313,8 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
                                o.rdzv_endpoint.empty() && o.source("master_port").kind == config::Source::Kind::default_;
   const bool standalone = o.standalone || auto_standalone;
   if (!is_multi_node(o)) {
-    int port = standalone ? 0 : o.master_port;
-    auto reserved = host.reserve_port(o.master_addr, port);
+    int port = standalone ? 0 : master_port;
+    auto reserved = host.reserve_port(plan.group.master_addr, port);
     if (auto* why = std::get_if<std::string>(&reserved)) return error(*why);
     plan.group.master_port = std::get<int>(reserved);
   }

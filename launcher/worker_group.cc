@@ -428,6 +428,7 @@ void WorkerGroup::start(const GroupEnv& group) { impl_->start(group); }
 void WorkerGroup::stop(int sig) { impl_->run_stop(stop_sequence(sig, impl_->plan.shutdown_timeout_s)); }
 void WorkerGroup::kill() { impl_->run_stop({{SIGKILL, std::chrono::milliseconds(0)}}); }
 void WorkerGroup::reap() { impl_->reap(); }
+void WorkerGroup::pass_on(int sig) { impl_->signal_workers(sig); }
 bool WorkerGroup::active() const { return impl_->phase != Impl::Phase::idle; }
 bool WorkerGroup::wrote_log_files() const { return impl_->wrote_files; }
 

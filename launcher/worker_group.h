@@ -27,6 +27,8 @@ class WorkerGroup final : public Group {
   /// stop_sequence(sig, plan.shutdown_timeout_s), to every worker's process group.
   void stop(int sig) override;
   void kill() override;
+  /// `sig` to every running worker's process group, as it is: nothing stops (SIGUSR1 for a checkpoint).
+  void pass_on(int sig);
   bool active() const override;
   /// Collects exited children; call on every SIGCHLD.
   void reap();

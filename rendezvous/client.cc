@@ -186,9 +186,12 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     Clock::time_point wake = last_heard + opts.liveness.silence_limit() + std::chrono::milliseconds(1);
     if (joined) wake = std::min(wake, last_sent + opts.liveness.interval);
     heartbeat_timer.expires_at(wake);
-    heartbeat_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    heartbeat_timer.async_wait([self = shared_from_this(), wake](const boost::system::error_code& ec) {
       if (ec || self->over) return;
       auto now = Clock::now();
+      // Woken an interval or more late, this process did not run (SIGSTOP, a suspended VM): the
+      // server's silence is this node's own, so it starts again (its heartbeats are read next).
+      if (now - wake >= self->opts.liveness.interval) self->last_heard = std::max(self->last_heard, now);
       auto silent = now - self->last_heard;
       if (silent > self->opts.liveness.silence_limit()) {
         return self->fail("lost the rendezvous server: silent for " +

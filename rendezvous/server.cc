@@ -375,10 +375,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   /// Once per heartbeat interval: heartbeats to idle peers; the silent, slow or flooding dropped,
   /// and those that did not prove the token by the deadline.
   void sweep() {
-    sweep_timer.expires_after(opts.liveness.interval);
-    sweep_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    const auto due = Clock::now() + opts.liveness.interval;
+    sweep_timer.expires_at(due);
+    sweep_timer.async_wait([self = shared_from_this(), due](const boost::system::error_code& ec) {
       if (ec || self->stopped) return;
       const auto now = Clock::now();
+      self->forgive_if_paused(due, now);
       const auto deadline_ms = std::chrono::duration_cast<std::chrono::milliseconds>(self->admission.limits().deadline);
       for (NodeId id : self->admission.expired(now)) {
         auto it = self->conns.find(id);
@@ -408,6 +410,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     });
   }
 
+  /// A timer due at `due` that fires an interval or more late: this process did not run (SIGSTOP, a
+  /// suspended VM), so it heard no one. Every peer's silence starts again rather than count as theirs.
+  void forgive_if_paused(Clock::time_point due, Clock::time_point now) {
+    if (now - due < opts.liveness.interval) return;
+    for (auto& [id, c] : conns) c->last_heard = std::max(c->last_heard, now);
+  }
+
   /// Why a joined peer counts as lost for its silence, if it does.
   std::optional<std::string> silence(const Conn& c, Clock::time_point now) const {
     if (!c.joined() || now - c.last_heard <= opts.liveness.silence_limit()) return std::nullopt;
@@ -427,9 +436,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     const auto at = *earliest + opts.liveness.silence_limit() + std::chrono::milliseconds(1);
     if (at >= now + opts.liveness.interval) return;
     silence_timer.expires_at(at);
-    silence_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    silence_timer.async_wait([self = shared_from_this(), at](const boost::system::error_code& ec) {
       if (ec || self->stopped) return;
       const auto now = Clock::now();
+      self->forgive_if_paused(at, now);
       std::vector<std::pair<std::shared_ptr<Conn>, std::string>> doomed;
       for (auto& [id, c] : self->conns) {
         if (auto silent = self->silence(*c, now)) doomed.emplace_back(c, *silent);

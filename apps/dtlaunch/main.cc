@@ -28,7 +28,6 @@
 #include "launcher/rdzv_options.h"
 #include "launcher/slurm_launch.h"
 #include "launcher/supervisor.h"
-#include "rendezvous/auth.h"
 #include "rendezvous/ports.h"
 
 namespace {
@@ -78,12 +77,17 @@ std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, cons
   return p;
 }
 
-/// A fan-out's node: the end of `control` (the ssh channel's stdin) is a SIGTERM, whatever closed it.
+/// A fan-out's node: a signal the launcher passes on (launcher/fanout_wire.h) is raised here, where
+/// the runner's handlers pass it to the workers; the end of `control` (the ssh channel's stdin) is a
+/// SIGTERM, whatever closed it.
 void stop_when_closed(boost::asio::posix::stream_descriptor& control) {
   static char buf[256];
-  control.async_read_some(boost::asio::buffer(buf), [&control](const boost::system::error_code& ec, size_t) {
+  static std::string pending;
+  control.async_read_some(boost::asio::buffer(buf), [&control](const boost::system::error_code& ec, size_t got) {
     if (ec != boost::asio::error::operation_aborted && ec) ::kill(::getpid(), SIGTERM);
-    if (!ec) stop_when_closed(control);
+    if (ec) return;
+    for (int sig : launcher::decode_signals(pending, std::string_view(buf, got))) ::kill(::getpid(), sig);
+    stop_when_closed(control);
   });
 }
 
@@ -140,27 +144,18 @@ int run(const Prepared& p, const std::string& node_name, int control_fd, launche
 
 /// `dtlaunch --hostfile ...`: every host's agent over ssh, from here.
 int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args, const config::EnvLookup& env) {
-  launcher::FanoutInputs in;
-  in.args = args;
-  in.environment = launcher::environment_entries();
-  in.cwd = posix::current_directory();
-  const auto read = config::disk_files();
-  if (!o.fanout.hostfile.empty()) {
-    auto file = read(o.fanout.hostfile);
-    if (file.status != config::FileRead::Status::ok) {
-      std::cerr << error_line(Error{o.source("hostfile").where + ": cannot read " + o.fanout.hostfile + ": " +
-                                    (file.status == config::FileRead::Status::missing ? "no such file" : file.text)});
-      return 2;
-    }
-    in.hostfile_text = file.text;
+  auto inputs = launcher::read_fanout_inputs(o, args, env);
+  if (auto* err = std::get_if<Error>(&inputs)) {
+    std::cerr << error_line(*err);
+    return err->exit_code;
   }
-  for (const auto& path : launcher::env_file_paths(o, env, in.cwd)) {
-    if (auto file = read(path); file.status == config::FileRead::Status::ok) in.env_files.emplace_back(path, file.text);
-  }
-  for (uint8_t byte : rendezvous::random_nonce()) in.token += fmt::format("{:02x}", byte);  // a secret: OpenSSL's
-  in.find_program = [&](const std::string& name) { return launcher::find_executable(name, env("PATH").value_or("")); };
-  auto planned = launcher::plan_fanout(o, in);
+  auto planned = launcher::plan_fanout(o, std::get<launcher::FanoutInputs>(inputs));
   if (auto* err = std::get_if<Error>(&planned)) {
+    std::cerr << error_line(*err);
+    return err->exit_code;
+  }
+  const auto& plan = std::get<launcher::FanoutPlan>(planned);
+  if (auto err = launcher::check_fanout_limits(plan)) {
     std::cerr << error_line(*err);
     return err->exit_code;
   }
@@ -168,7 +163,7 @@ int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args
   setup_logging(console.sink());
   signal(SIGPIPE, SIG_IGN);
   try {
-    return launcher::run_fanout(std::get<launcher::FanoutPlan>(planned), console);
+    return launcher::run_fanout(plan, console);
   } catch (const std::exception& e) {
     console.write(2, error_line(Error{e.what(), 1}));
     return 1;
@@ -227,6 +222,8 @@ int main(int argc, char** argv) {
   }
   // --launcher slurm: dtlaunch becomes srun, which starts every node's agent
   if (auto code = launcher::start_through_launcher(args, *parsed.options, env)) return *code;
+  // A pre-emption warning before the workers exist has no one to tell (launcher/group_signals.h).
+  for (int sig : {SIGUSR1, SIGUSR2}) signal(sig, SIG_IGN);
   if (parsed.options->fanout.wanted()) {
     for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
     return fan_out(*parsed.options, args, env);

@@ -78,7 +78,15 @@ def finished(r):
     if r.returncode == 0:
         return True
     text = r.stdout + r.stderr
-    return r.returncode != "timeout" and TEARDOWN_ABORT in text and "Traceback (most recent call last)" not in text
+    if r.returncode == "timeout" or TEARDOWN_ABORT not in text:
+        return False
+    # torchrun's agent (and accelerate launch through it) reports the abort as its own ChildFailedError
+    # traceback, with SIGABRT as the root cause; any other traceback is the script's.
+    tracebacks = text.count("Traceback (most recent call last)")
+    launcher_reports = text.count("multiprocessing.errors.ChildFailedError:")
+    if launcher_reports and not re.search(r"Root Cause[^\n]*\n(?:.*\n){0,6}?\s*exitcode\s*: -6 ", text):
+        return False
+    return tracebacks == launcher_reports
 
 
 def unprefixed(text):

@@ -107,6 +107,35 @@ class Signals(LaunchTest):
         run.proc.send_signal(signal.SIGUSR1)
         self.assertExitCode(run.finish(), 128 + signal.SIGUSR1)
 
+    # A script that checkpoints on SIGUSR1 or SIGUSR2 (Slurm's --signal=USR1@90, submitit's USR2)
+    # and then goes on; sh runs a trap once its `sleep` ends.
+    def checkpointer(self):
+        done = os.path.join(self.tmp, "done")
+        return ["--no_python", "sh", "-c",
+                "trap 'echo checkpoint USR1 rank $RANK' USR1; trap 'echo checkpoint USR2 rank $RANK' USR2; "
+                f"echo ready rank $RANK; i=0; while [ ! -e {done} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"]
+
+    def test_sigusr1_and_sigusr2_reach_every_worker_and_stop_nothing(self):
+        run = self.start_paused(*self.checkpointer(), nproc=2)
+        run.proc.send_signal(signal.SIGUSR1)
+        run.wait_for(r"^\[default\d\]:checkpoint USR1 rank \d$", count=2)
+        run.proc.send_signal(signal.SIGUSR2)
+        run.wait_for(r"^\[default\d\]:checkpoint USR2 rank \d$", count=2)
+        open(os.path.join(self.tmp, "done"), "w").close()
+        r = run.finish()
+        self.assertExitCode(r, 0)
+        self.assertIn("passing SIGUSR1 on to the workers", r.stderr)
+
+    def test_sigxcpu_and_sigalrm_stop_the_job_as_sigterm_does_with_a_line_naming_them(self):
+        for sig in (signal.SIGXCPU, signal.SIGALRM):
+            with self.subTest(sig=sig.name):
+                run = self.start_paused(*self.worker("pause"), nproc=2)
+                run.proc.send_signal(sig)
+                r = run.finish()
+                self.assertExitCode(r, 128 + signal.SIGTERM)
+                self.assertIn(f"received {sig.name}: stopping the workers as for SIGTERM", r.stderr)
+                self.assert_no_leftovers()
+
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <signal.h>
 
 #include <unistd.h>
 
@@ -95,6 +96,11 @@ TEST_CASE("host lists: counts after the last colon, IPv6 in brackets") {
   CHECK(error_of(config::parse_host_list("h1:4,h1", "--hosts")) == "--hosts: host h1 is listed twice");
   CHECK(error_of(config::parse_host_list("h1:,h2", "--hosts")) == "--hosts: expected a slot count in 1..4096 after h1:");
   CHECK(error_of(config::parse_host_list("h1,,h2", "--hosts")) == "--hosts: expected host[:slots],..., got ");
+  // a bare IPv6 address is all address: ::1 is not host :: with 1 slot
+  CHECK(names(hosts_of(config::parse_host_list("::1", "--hosts"))) == "::1");
+  CHECK(names(hosts_of(config::parse_host_list("fd00::1:2,[fd00::2]:3", "--hosts"))) == "fd00::1:2 fd00::2=3");
+  CHECK(error_of(config::parse_host_list("[::1", "--hosts")) == "--hosts: expected ] after the IPv6 address in [::1");
+  CHECK(error_of(config::parse_host_list("[::1]x", "--hosts")) == "--hosts: expected host[:slots],..., got [::1]x");
 }
 
 TEST_CASE("include and exclude filters: DeepSpeed's syntax and checks") {
@@ -268,6 +274,33 @@ TEST_CASE("fan-out: the node's hello carries its addresses; without --master_add
 
   CHECK(plan(options({"--hostfile", "hf"}), inputs()).master_from_first_host);
   CHECK_FALSE(plan(options({"--hostfile", "hf", "--master_addr", "a"}), inputs()).master_from_first_host);
+}
+
+TEST_CASE("fan-out wire: a hello stays under 1 KiB however many addresses the host has, the first kept") {
+  std::vector<std::string> many;
+  for (int i = 0; i < 3000; ++i) many.push_back("10.77." + std::to_string(i / 250) + "." + std::to_string(i % 250));
+  const auto line = launcher::node_hello(many);
+  CHECK(line.size() <= 1024);
+  auto h = launcher::parse_hello(line);
+  REQUIRE(h);
+  REQUIRE(h->addresses.size() > 10);
+  CHECK(h->addresses.front() == "10.77.0.0");
+  CHECK(launcher::meeting_address("node-a", h->addresses) == "10.77.0.0");
+}
+
+TEST_CASE("fan-out wire: the signals passed on to the nodes, as lines that may come in pieces") {
+  CHECK(launcher::passed_on(SIGUSR1));
+  CHECK(launcher::passed_on(SIGUSR2));
+  CHECK_FALSE(launcher::passed_on(SIGTERM));
+  CHECK(launcher::encode_signal(SIGUSR1) == "signal USR1\n");
+  std::string pending;
+  CHECK(launcher::decode_signals(pending, "sig").empty());
+  CHECK(launcher::decode_signals(pending, "nal USR2\nsignal USR1\nsignal TERM\nsignal KILL") ==
+        std::vector<int>{SIGUSR2, SIGUSR1});
+  CHECK(pending == "signal KILL");
+  CHECK(launcher::decode_signals(pending, "\n").empty());  // only USR1 and USR2 are ever raised
+  CHECK(launcher::decode_signals(pending, std::string(100, 'x')).empty());
+  CHECK(pending.empty());  // no line of the wire is that long
 }
 
 TEST_CASE("fan-out: in deepspeed's runner's place, ~/.deepspeed_env and ./.deepspeed_env go to every host too") {

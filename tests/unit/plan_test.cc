@@ -127,6 +127,17 @@ TEST_CASE("the master port is checked, and standalone asks for a free one") {
   CHECK(f.reserved.back() == std::pair<std::string, int>{"127.0.0.1", 1});
 }
 
+TEST_CASE("one static node with --rdzv_endpoint serves its store there, as torch's static handler; garbage is refused") {
+  Fixture f;
+  auto plan = f.ok({"--rdzv_endpoint=127.0.0.2:29511", "--no_python", "true"});
+  CHECK(plan.group.master_addr == "127.0.0.2");
+  CHECK(plan.group.master_port == 29511);
+  CHECK(f.reserved.back() == std::pair<std::string, int>{"127.0.0.2", 29511});
+  f.env["PET_RDZV_ENDPOINT"] = "127.0.0.1:99999";
+  CHECK(f.refused({"--no_python", "true"}).message == "PET_RDZV_ENDPOINT: port '99999' is not in 1..65535");
+  CHECK(f.ok({"--standalone", "--no_python", "true"}).group.master_port == 41000);  // standalone's own endpoint
+}
+
 TEST_CASE("one node given no port anywhere is standalone, as torchrun 2.x: a free port and a fresh run id") {
   Fixture f;
   auto plan = f.ok({"--no_python", "true"});
