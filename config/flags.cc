@@ -253,6 +253,15 @@ const std::vector<Flag> kFlags = {
     {.id = Setting::shutdown_timeout, .name = "shutdown_timeout", .variables = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
      .default_value = "30", .group = kWorkers, .help = "seconds between the stop signal and SIGKILL",
      .apply = [](const S& t, O& o) { o.shutdown_timeout_s = seconds(t); }},
+    {.id = Setting::hang_timeout, .name = "hang_timeout", .default_value = "600", .group = kWorkers,
+     .help = "seconds in which no rank prints and some rank makes no progress before the job counts as hung: "
+             "every rank's stack, a table and the suspect rank are reported (README: Hangs). 0: no watch",
+     .apply = [](const S& t, O& o) { o.hang_timeout_s = seconds(t); }},
+    {.id = Setting::on_hang, .name = "on_hang", .default_value = "report", .group = kWorkers,
+     .help = "what a hang does: `report` prints the report and keeps watching; `fail` also stops the workers "
+             "as a failure of the suspect rank, which --max_restarts may restart",
+     .choices = {"report", "fail"},
+     .apply = [](const S& t, O& o) { o.on_hang_fail = one_of(t, choices(Setting::on_hang)) == "fail"; }},
     {.id = Setting::signals_to_handle, .name = "signals_to_handle", .type = Type::list,
      .default_value = "SIGTERM,SIGINT,SIGHUP,SIGQUIT", .group = kWorkers,
      .help = "signals dtlaunch catches and forwards to the workers",

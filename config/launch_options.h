@@ -154,6 +154,8 @@ struct LaunchOptions {
   bool no_local_rank = false;
   bool deepspeed_variables = false;  ///< CROSS_RANK, CROSS_SIZE, LOCAL_SIZE, as deepspeed's launcher gives
   double shutdown_timeout_s = 30;
+  double hang_timeout_s = 600;  ///< 0: no watch for hangs
+  bool on_hang_fail = false;    ///< --on_hang=fail: a hang stops the workers as the suspect's failure
   std::vector<int> signals_to_handle;  ///< signal numbers
   bool job_cgroup = true;              ///< the workers in a cgroup v2 of their own, where one can be made
   std::string run_id = "none";

@@ -338,6 +338,9 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   plan.log_dir = o.log_dir;
   plan.log_dir_called = o.source("log_dir").where;
   plan.shutdown_timeout_s = o.shutdown_timeout_s;
+  plan.hang_timeout_s = o.hang_timeout_s;
+  plan.on_hang_fail = o.on_hang_fail;
+  plan.python_workers = !o.no_python || o.run_path;
   plan.signals = o.signals_to_handle;
   plan.job_cgroup = o.job_cgroup;
   return plan;

@@ -61,6 +61,9 @@ struct LaunchPlan {
   std::string log_dir;
   std::string log_dir_called = "--log_dir";  ///< what messages call log_dir: the flag, or where it came from
   double shutdown_timeout_s = 30;
+  double hang_timeout_s = 0;  ///< 0: no watch (launcher/hang_watch.h)
+  bool on_hang_fail = false;
+  bool python_workers = true;  ///< how a hung rank's stack is read (launcher/hang_watcher.h)
   std::vector<int> signals;
   bool job_cgroup = true;  ///< try to put the workers in a cgroup v2 of their own
   std::vector<std::string> notices;  ///< one-line notes for the user before the start

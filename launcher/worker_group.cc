@@ -19,6 +19,7 @@
 #include "config/flags.h"
 #include "launcher/console.h"
 #include "launcher/failure.h"
+#include "launcher/hang_watcher.h"
 #include "launcher/line_prefixer.h"
 #include "base/posix.h"
 #include "launcher/spawn.h"
@@ -89,6 +90,7 @@ struct WorkerGroup::Impl {
     pid_t pid = -1;
     bool running = false;
     bool signalled = false;  ///< dtlaunch asked it to stop: its exit is not a failure
+    HangClock::time_point last_output;  ///< or its start: what the hang watch counts silence from
     std::string error_file;
     Stream out, err;
   };
@@ -98,7 +100,8 @@ struct WorkerGroup::Impl {
   Impl(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
        Callbacks callbacks)
       : io(io), console(console), plan(plan), logs(logs), guard(guard), callbacks(std::move(callbacks)),
-        stop_timer(io), drain_timer(io) {}
+        stop_timer(io), drain_timer(io),
+        watcher(io, console, plan, logs, [this] { return probes(); }, [this](const Failure& f) { fail_hung(f); }) {}
   ~Impl() {
     console.forget(io);
     close_filtered();
@@ -112,6 +115,7 @@ struct WorkerGroup::Impl {
   Callbacks callbacks;
   asio::steady_timer stop_timer;
   asio::steady_timer drain_timer;
+  HangWatcher watcher;
 
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::unique_ptr<Worker>> retired;  ///< earlier attempts' with handlers still queued
@@ -155,7 +159,26 @@ struct WorkerGroup::Impl {
       run_stop({{SIGKILL, std::chrono::milliseconds(0)}});
     }
     if (devnull >= 0) ::close(devnull);
+    if (phase == Phase::running) watcher.start(group.restart_count);
     maybe_finish();
+  }
+
+  std::vector<HangWatcher::Probe> probes() const {
+    std::vector<HangWatcher::Probe> out;
+    for (const auto& w : workers) {
+      if (w->running) out.push_back({w->rank, w->local_rank, w->pid, w->last_output, w->error_file});
+    }
+    return out;
+  }
+
+  /// The hang watch's verdict with --on_hang=fail: the suspect's failure stops the group, as a
+  /// worker's own failure does.
+  void fail_hung(const Failure& f) {
+    if (phase != Phase::running) return;
+    failures.push_back(f);
+    spdlog::warn("the workers hung: stopping them as a failure of rank {} (--on_hang=fail)", f.rank);
+    run_stop(stop_sequence(SIGTERM, plan.shutdown_timeout_s));
+    if (callbacks.on_failure) callbacks.on_failure(failures);
   }
 
   std::unique_ptr<Worker> start_worker(const GroupEnv& group, int lr, int stdin_fd) {
@@ -188,6 +211,7 @@ struct WorkerGroup::Impl {
     }
     w->pid = spawn_worker(spec);
     w->running = true;
+    w->last_output = HangClock::now();
     guard.watch(w->pid);
     for (Stream* s : {&w->out, &w->err}) {
       if (s->open) read_more(*s);
@@ -261,6 +285,7 @@ struct WorkerGroup::Impl {
   }
 
   void deliver(Stream& s, size_t n) {
+    s.worker.last_output = HangClock::now();
     if (s.file_fd >= 0) posix::write_all(s.file_fd, std::string_view(s.buf.data(), n));
     if (s.prefixer) {
       scratch.clear();
@@ -356,6 +381,7 @@ struct WorkerGroup::Impl {
     if (phase == Phase::idle || phase == Phase::finishing) return;
     if (step == 0) ++stop_generation;
     phase = Phase::stopping;
+    watcher.stop();
     signal_workers(steps[step].signal);
     if (step + 1 == steps.size()) return;
     stop_timer.expires_after(steps[step].wait);
@@ -380,6 +406,7 @@ struct WorkerGroup::Impl {
     for (auto& w : workers) open |= w->out.open || w->err.open;
     if (open) return arm_drain();
     phase = Phase::finishing;
+    watcher.stop();
     stop_timer.cancel();
     drain_timer.cancel();
     for (auto& w : workers) guard.forget(w->pid);
@@ -430,6 +457,6 @@ void WorkerGroup::kill() { impl_->run_stop({{SIGKILL, std::chrono::milliseconds(
 void WorkerGroup::reap() { impl_->reap(); }
 void WorkerGroup::pass_on(int sig) { impl_->signal_workers(sig); }
 bool WorkerGroup::active() const { return impl_->phase != Impl::Phase::idle; }
-bool WorkerGroup::wrote_log_files() const { return impl_->wrote_files; }
+bool WorkerGroup::wrote_log_files() const { return impl_->wrote_files || impl_->watcher.wrote_report(); }
 
 }  // namespace dtl::launcher

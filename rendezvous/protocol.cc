@@ -10,13 +10,6 @@ namespace dtl::rendezvous {
 
 namespace {
 
-constexpr const char* kNames[] = {"hello", "challenge", "join",    "refused", "round", "heartbeat",
-                                  "failed", "stop",     "stopped", "done",    "exit",  "leaving"};
-static_assert(std::size(kNames) == std::variant_size_v<Message>);
-
-// On the wire a message's type is its index in Message plus one (0 is never valid).
-uint8_t type_code(const Message& m) { return static_cast<uint8_t>(m.index() + 1); }
-
 constexpr size_t kHeader = 4;            // big-endian body length
 constexpr size_t kBodyPrefix = 2;        // version, type
 constexpr size_t kFailureFixed = 44;     // 4 i32 + 2 i64 + 3 string lengths
@@ -387,12 +380,12 @@ std::variant<Message, DecodeError> decode_type(size_t index, const uint8_t* data
   if constexpr (I < std::variant_size_v<Message>) {
     if (index != I) return decode_type<I + 1>(index, data, size);
     std::variant_alternative_t<I, Message> value;
-    Reader reader(data, size, kNames[I]);
+    Reader reader(data, size, kWireTypes[I].name);
     read_payload(reader, value);
     if (auto error = reader.finish()) return *error;
     return Message(std::in_place_index<I>, std::move(value));
   } else {
-    return DecodeError{"unknown message type " + std::to_string(index + 1)};
+    return DecodeError{"no message at index " + std::to_string(index)};
   }
 }
 
@@ -404,7 +397,9 @@ DecodeError bad_length(uint32_t size) {
 
 }  // namespace
 
-const char* message_name(const Message& m) { return kNames[m.index()]; }
+const char* message_name(const Message& m) { return kWireTypes[m.index()].name; }
+
+uint8_t type_code(const Message& m) { return kWireTypes[m.index()].code; }
 
 Bytes encode(const Message& m) {
   Bytes out(kHeader);
@@ -422,8 +417,10 @@ std::variant<Message, DecodeError> decode_body(const uint8_t* data, size_t size)
   if (size == 0 || size > kMaxFrameBody) return bad_length(static_cast<uint32_t>(std::min<size_t>(size, UINT32_MAX)));
   if (data[0] != kProtocolVersion) return DecodeError{"unsupported protocol version " + std::to_string(data[0])};
   if (size < kBodyPrefix) return DecodeError{"frame body of 1 byte has no message type"};
-  if (data[1] == 0) return DecodeError{"unknown message type 0"};
-  return decode_type(size_t{data[1]} - 1, data + kBodyPrefix, size - kBodyPrefix);
+  const auto* type = std::find_if(std::begin(kWireTypes), std::end(kWireTypes),
+                                  [&](const WireType& t) { return t.code == data[1]; });
+  if (type == std::end(kWireTypes)) return DecodeError{"unknown message type " + std::to_string(data[1])};
+  return decode_type(static_cast<size_t>(type - std::begin(kWireTypes)), data + kBodyPrefix, size - kBodyPrefix);
 }
 
 std::optional<DecodeError> FrameDecoder::feed(const uint8_t* data, size_t size, std::vector<Message>& out) {

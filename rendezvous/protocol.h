@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <iterator>
 #include <variant>
 #include <vector>
 
@@ -95,6 +96,21 @@ struct Leaving {  ///< client -> server: this node leaves the job now (a signal 
 };
 using Message =
     std::variant<Hello, Challenge, Join, Refused, Round, Heartbeat, Failed, Stop, Stopped, Done, Exit, Leaving>;
+
+/// Each message's type byte on the wire, and its name for logs, by its index in Message. The codes
+/// are the wire's and never change: a new message takes a new code, wherever it sits in Message.
+struct WireType {
+  uint8_t code;
+  const char* name;
+};
+inline constexpr WireType kWireTypes[] = {
+    {1, "hello"},  {2, "challenge"}, {3, "join"},    {4, "refused"}, {5, "round"}, {6, "heartbeat"},
+    {7, "failed"}, {8, "stop"},      {9, "stopped"}, {10, "done"},   {11, "exit"}, {12, "leaving"},
+};
+static_assert(std::size(kWireTypes) == std::variant_size_v<Message>);
+
+/// The type byte `m` is sent with.
+uint8_t type_code(const Message& m);
 
 /// The whole frame: 4-byte big-endian body length, then version, type, payload. Never over
 /// kMaxFrameBody: names are cut at kMaxName, proofs at kMaxProof; reasons and failure messages share

@@ -15,10 +15,12 @@ namespace dtl::store {
 /// What a 2.x client sends first, after VALIDATE, as a little-endian uint32.
 inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;
 
-/// The operations, by meaning; their codes differ by dialect (wire_code/op_for).
+/// The operations, by meaning. Each value is torch 2.x's QueryType code (TCPStoreBackend.hpp), the
+/// v2 wire code, stated here so that no reordering can change the wire; v1's are op_for's table.
 enum class Op : uint8_t {
-  validate, set, compare_set, get, add, check, wait, num_keys, delete_key, append, multi_get, multi_set,
-  cancel_wait, ping, queue_push, queue_pop, queue_len, list_keys, barrier,
+  validate = 0, set = 1, compare_set = 2, get = 3, add = 4, check = 5, wait = 6, num_keys = 7,
+  delete_key = 8, append = 9, multi_get = 10, multi_set = 11, cancel_wait = 12, ping = 13,
+  queue_push = 14, queue_pop = 15, queue_len = 16, list_keys = 17, barrier = 18,
 };
 const char* op_name(Op op);
 

@@ -15,7 +15,10 @@ check='import importlib.metadata as m, sys
 want = dict(a.split("==") for a in sys.argv[1:])
 have = {n: m.version(n) for n in want if __import__("importlib.util").util.find_spec(n.replace("-", "_"))}
 sys.exit(0 if have == want else 1)'
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" "${pins[@]}" "$deepspeed_pin" 2>/dev/null; then
+# py-spy reads the workers' stacks when a job hangs (it installs a program, not a module).
+pyspy_pin=py-spy==0.4.3
+if [ -x "$venv/bin/python" ] && { [ -x "$venv/bin/py-spy" ] || "$venv/bin/pip" install -q --disable-pip-version-check "$pyspy_pin"; } &&
+  "$venv/bin/python" -c "$check" "${pins[@]}" "$deepspeed_pin" 2>/dev/null; then
   echo "make_venv: $venv has ${pins[*]} $deepspeed_pin"
   exit 0
 fi
@@ -29,7 +32,7 @@ fi
 python=/usr/bin/python3
 "$python" -c 'import ensurepip, venv' 2>/dev/null || python=python3
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check "${pins[@]}"
+"$venv/bin/pip" install -q --disable-pip-version-check "${pins[@]}" "$pyspy_pin"
 # accelerate's DeepSpeed launcher imports deepspeed; its ops are built at run time, never here.
 DS_BUILD_OPS=0 "$venv/bin/pip" install -q --disable-pip-version-check "$deepspeed_pin" ||
   echo "make_venv: deepspeed did not install: the DeepSpeed cases will be skipped" >&2

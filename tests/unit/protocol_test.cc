@@ -109,7 +109,7 @@ TEST_CASE("every message type survives an encode and decode round trip unchanged
     uint32_t length = uint32_t{frame[0]} << 24 | uint32_t{frame[1]} << 16 | uint32_t{frame[2]} << 8 | frame[3];
     CHECK(length == frame.size() - 4);
     CHECK(frame[4] == kProtocolVersion);
-    CHECK(frame[5] == m.index() + 1);
+    CHECK(frame[5] == type_code(m));
     CHECK(decode_ok(body_of(frame)) == m);
 
     FrameDecoder d;
@@ -118,6 +118,19 @@ TEST_CASE("every message type survives an encode and decode round trip unchanged
     REQUIRE(out.size() == 1);
     CHECK(out[0] == m);
     CHECK(d.buffered() == 0);
+  }
+}
+
+TEST_CASE("the wire's type codes, each message's for ever") {
+  // Written out, not derived: a message inserted into Message must not renumber the wire.
+  const std::vector<std::pair<Message, int>> codes{
+      {Hello{}, 1},  {Challenge{}, 2}, {Join{}, 3},    {Refused{}, 4}, {Round{}, 5}, {Heartbeat{}, 6},
+      {Failed{}, 7}, {Stop{}, 8},      {Stopped{}, 9}, {Done{}, 10},   {Exit{}, 11}, {Leaving{}, 12}};
+  REQUIRE(codes.size() == std::variant_size_v<Message>);
+  for (const auto& [m, code] : codes) {
+    INFO(message_name(m));
+    CHECK(type_code(m) == code);
+    CHECK(encode(m)[5] == code);
   }
 }
 

@@ -85,6 +85,29 @@ TEST_CASE("multi_set's pairs and a request without fields decode whole") {
   CHECK(reqs[3].op == Op::cancel_wait);
 }
 
+TEST_CASE("the wire's op codes in both dialects, as torch's QueryType numbers them") {
+  // torch 2.x's TCPStoreBackend.hpp, written out: no reordering of Op may change them.
+  const std::vector<std::pair<int, Op>> v2{
+      {0, Op::validate},    {1, Op::set},        {2, Op::compare_set}, {3, Op::get},         {4, Op::add},
+      {5, Op::check},       {6, Op::wait},       {7, Op::num_keys},    {8, Op::delete_key},  {9, Op::append},
+      {10, Op::multi_get},  {11, Op::multi_set}, {12, Op::cancel_wait}, {13, Op::ping},      {14, Op::queue_push},
+      {15, Op::queue_pop},  {16, Op::queue_len}, {17, Op::list_keys},  {18, Op::barrier}};
+  for (const auto& [code, op] : v2) {
+    INFO(code);
+    CHECK(op_for(Dialect::v2, static_cast<uint8_t>(code)) == op);
+  }
+  CHECK_FALSE(op_for(Dialect::v2, 19));
+  // torch 1.13's: SET ... GETNUMKEYS, WATCH_KEY (7, refused), DELETE_KEY
+  const std::vector<std::pair<int, Op>> v1{{0, Op::set},   {1, Op::compare_set}, {2, Op::get},     {3, Op::add},
+                                           {4, Op::check}, {5, Op::wait},        {6, Op::num_keys}, {8, Op::delete_key}};
+  for (const auto& [code, op] : v1) {
+    INFO(code);
+    CHECK(op_for(Dialect::v1, static_cast<uint8_t>(code)) == op);
+  }
+  CHECK_FALSE(op_for(Dialect::v1, 7));
+  CHECK_FALSE(op_for(Dialect::v1, 9));
+}
+
 TEST_CASE("a huge declared length is refused before a byte of it is kept") {
   RequestDecoder dec;
   std::vector<Request> out;

@@ -1,0 +1,267 @@
+#include "launcher/hang_watch.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+namespace dtl::launcher {
+
+namespace {
+
+constexpr double kBusyShare = 0.5;  ///< of one CPU over the window: computing, not waiting
+constexpr const char* kCollective = "in a collective";
+constexpr const char* kStore = "in the store";
+
+double seconds(HangClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+/// The frames of the thread that says what a rank does: its main thread, else its first.
+std::vector<std::string> main_thread(const std::vector<std::string>& stack) {
+  std::vector<std::vector<std::string>> threads;
+  std::optional<size_t> main;
+  for (const auto& line : stack) {
+    if (line.starts_with("thread ")) {
+      if (!main && contains(line, "MainThread")) main = threads.size();
+      threads.emplace_back();
+    } else if (!line.empty()) {
+      if (threads.empty()) threads.emplace_back();
+      threads.back().push_back(line);
+    }
+  }
+  if (threads.empty()) return {};
+  return threads[main.value_or(0)];
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += fmt::format("\\u{:04x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+/// "0-3,5" for ranks 0, 1, 2, 3 and 5.
+std::string ranges(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+HangWatch::HangWatch(std::chrono::milliseconds timeout, std::chrono::milliseconds window)
+    : timeout_(timeout), window_(std::min(window, timeout)) {}
+
+void HangWatch::reset() {
+  seen_.clear();
+  reported_at_.reset();
+}
+
+std::optional<Hang> HangWatch::on_sample(HangClock::time_point now, const std::vector<RankSample>& ranks) {
+  if (ranks.empty()) return std::nullopt;
+  std::erase_if(seen_, [&](const auto& entry) {
+    return std::none_of(ranks.begin(), ranks.end(), [&](const RankSample& r) { return r.pid == entry.first; });
+  });
+  HangClock::time_point last = ranks.front().last_output;
+  for (const auto& r : ranks) {
+    auto& cpu = seen_[r.pid].cpu;
+    cpu.emplace_back(now, r.cpu_s);
+    // Keep the newest sample at or before the window's start as its base.
+    while (cpu.size() > 2 && cpu[1].first <= now - window_) cpu.erase(cpu.begin());
+    last = std::max(last, r.last_output);
+  }
+  if (reported_at_ && last > *reported_at_) reported_at_.reset();  // a rank printed: that hang is over
+  if (now - last < timeout_) return std::nullopt;
+
+  Hang hang{seconds(now - last), {}};
+  bool all_busy = true;
+  for (const auto& r : ranks) {
+    const auto& cpu = seen_[r.pid].cpu;
+    const double span = seconds(now - cpu.front().first);
+    if (span < 0.9 * seconds(window_)) return std::nullopt;  // not watched long enough to tell
+    HungRank h;
+    h.rank = r.rank;
+    h.local_rank = r.local_rank;
+    h.pid = r.pid;
+    h.state = r.state;
+    h.cpu_percent = 100 * (r.cpu_s - cpu.front().second) / span;
+    h.silent_s = seconds(now - r.last_output);
+    h.busy = h.cpu_percent >= 100 * kBusyShare && r.state != 'D';
+    all_busy &= h.busy;
+    hang.ranks.push_back(std::move(h));
+  }
+  if (all_busy) {  // computing silently: progress, not a hang
+    reported_at_.reset();
+    return std::nullopt;
+  }
+  if (reported_at_) return std::nullopt;
+  reported_at_ = last;
+  return hang;
+}
+
+std::string classify(const std::vector<std::string>& stack) {
+  for (const auto& frame : main_thread(stack)) {
+    std::string lower = frame;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (contains(lower, "store") && (contains(lower, "torch/distributed") || contains(lower, "c10d"))) return kStore;
+    if (contains(lower, "distributed_c10d.py") || contains(lower, "torch/nn/parallel/distributed.py") ||
+        contains(lower, "gloo::") || contains(lower, "nccl") || contains(lower, "processgroup")) {
+      return kCollective;
+    }
+    if (contains(lower, "torch/utils/data/")) return "in a data loader";
+  }
+  return "";
+}
+
+std::optional<size_t> find_suspect(Hang& hang) {
+  for (auto& r : hang.ranks) {
+    r.doing = classify(r.stack);
+    if (r.doing.empty()) r.doing = r.busy ? "running" : r.state == 'D' ? "blocked in the kernel (D)" : "blocked";
+  }
+  const auto waits = [](const HungRank& r) { return r.doing == kCollective || r.doing == kStore; };
+  for (bool busy : {true, false}) {
+    for (size_t i = 0; i < hang.ranks.size(); ++i) {
+      const auto& r = hang.ranks[i];
+      // Without its stack an idle rank may be waiting like the others: it is no suspect.
+      if (r.busy == busy && !waits(r) && (busy || !r.stack.empty())) return i;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::vector<std::string>> parse_py_spy(const std::string& json) {
+  YAML::Node threads;
+  try {
+    threads = YAML::Load(json);
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+  if (!threads.IsSequence()) return std::nullopt;
+  std::vector<std::string> out;
+  try {
+    for (const auto& t : threads) {
+      if (!out.empty()) out.emplace_back();
+      // By name, not id: ranks with the same stack then print as one block.
+      const auto name = t["thread_name"];
+      out.push_back("thread " + (name && name.IsScalar() ? name.as<std::string>() : std::string("?")));
+      for (const auto& f : t["frames"]) {
+        const auto file = f["short_filename"] && f["short_filename"].IsScalar() ? f["short_filename"] : f["filename"];
+        out.push_back(f["name"].as<std::string>("?") + " (" + (file && file.IsScalar() ? file.as<std::string>() : "?") +
+                      ":" + f["line"].as<std::string>("?") + ")");
+      }
+    }
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::vector<std::string> parse_eu_stack(const std::vector<std::string>& lines) {
+  std::vector<std::string> out;
+  int threads = 0;
+  for (const auto& line : lines) {
+    if (line.starts_with("TID ")) {  // numbered in order, not by id, as parse_py_spy names them
+      if (!out.empty()) out.emplace_back();
+      out.push_back("thread " + std::to_string(++threads));
+    } else if (line.starts_with("#")) {
+      // "#0  0x00007f0c1b2e5d3a __clock_nanosleep - 1": the function, without the address
+      std::istringstream words(line);
+      std::string number, address, rest;
+      words >> number >> address;
+      std::getline(words, rest);
+      const auto begin = rest.find_first_not_of(' ');
+      out.push_back(begin == std::string::npos ? address : rest.substr(begin));
+    }
+  }
+  return out;
+}
+
+std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
+                        const std::string& how, double timeout_s) {
+  std::vector<int> busy;
+  for (const auto& r : hang.ranks) {
+    if (r.busy) busy.push_back(r.rank);
+  }
+  std::string out = fmt::format("dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n",
+                                hang.silent_s, timeout_s,
+                                busy.empty() ? std::string("no rank made progress")
+                                             : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) +
+                                                   " ran while the others waited");
+  out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6} {:>8}  {}\n", "rank", "host", "pid", "state", "cpu%", "silent",
+                     "doing");
+  for (const auto& r : hang.ranks) {
+    out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6.1f} {:>7.0f}s  {}\n", r.rank, host, r.pid, std::string(1, r.state),
+                       r.cpu_percent, r.silent_s, r.doing);
+  }
+  // Ranks with the same stack are one block: 64 ranks in all_reduce take one.
+  std::vector<std::pair<std::string, std::vector<int>>> blocks;
+  for (const auto& r : hang.ranks) {
+    std::string text;
+    if (r.stack.empty()) {
+      text = "    (no stack: " + (r.stack_error.empty() ? std::string("not read") : r.stack_error) + ")\n";
+    }
+    for (const auto& line : r.stack) {
+      if (line.empty()) continue;
+      text += (line.starts_with("thread ") ? "    " : "      ") + line + "\n";
+    }
+    auto it = std::find_if(blocks.begin(), blocks.end(), [&](const auto& b) { return b.first == text; });
+    if (it == blocks.end()) {
+      blocks.push_back({text, {r.rank}});
+    } else {
+      it->second.push_back(r.rank);
+    }
+  }
+  out += "  stacks (" + how + "):\n";
+  for (const auto& [text, ranks] : blocks) {
+    out += (ranks.size() == 1 ? "  rank " : "  ranks ") + ranges(ranks) + ":\n" + text;
+  }
+  if (suspect) {
+    const auto& r = hang.ranks[*suspect];
+    const auto frames = main_thread(r.stack);
+    out += fmt::format("dtlaunch: suspect rank {} on {} (pid {}): {}\n", r.rank, host, r.pid,
+                       frames.empty() ? r.doing : frames.front());
+  } else {
+    out += "dtlaunch: no suspect on " + host +
+           ": every rank here waits in a collective or the store (the rank they wait for may be on another node)"
+           ", or its stack could not be read\n";
+  }
+  return out;
+}
+
+std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
+                             const std::string& how, double timeout_s) {
+  std::string out = fmt::format("{{\"hang_timeout_s\": {:g}, \"silent_s\": {:.1f}, \"host\": {}, \"stacks_by\": {}, ",
+                                timeout_s, hang.silent_s, json_string(host), json_string(how));
+  out += "\"suspect\": " + (suspect ? std::to_string(hang.ranks[*suspect].rank) : std::string("null")) + ", \"ranks\": [";
+  for (size_t i = 0; i < hang.ranks.size(); ++i) {
+    const auto& r = hang.ranks[i];
+    out += fmt::format("{}{{\"rank\": {}, \"local_rank\": {}, \"pid\": {}, \"state\": {}, \"cpu_percent\": {:.1f}, "
+                       "\"silent_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"stack_error\": {}, \"stack\": [",
+                       i ? ", " : "", r.rank, r.local_rank, r.pid, json_string(std::string(1, r.state)), r.cpu_percent,
+                       r.silent_s, r.busy ? "true" : "false", json_string(r.doing), json_string(r.stack_error));
+    for (size_t j = 0; j < r.stack.size(); ++j) out += (j ? ", " : "") + json_string(r.stack[j]);
+    out += "]}";
+  }
+  return out + "]}\n";
+}
+
+}  // namespace dtl::launcher

@@ -1,0 +1,97 @@
+// Hangs, apart from processes and clocks: what a sample of the ranks says (HangWatch), what a stack
+// says a rank is doing, and the report. launcher/hang_watcher.h samples the workers and reads their
+// stacks; this decides.
+//
+// A hang: for the timeout no rank printed, and not every rank was busy on a CPU. Either no rank made
+// progress, or some did (a rank spinning in a loop) while the others waited for them. A job whose
+// every rank computes silently is not hung; a rank that printed a traceback and lives on is.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtl::launcher {
+
+using HangClock = std::chrono::steady_clock;
+
+/// One rank as /proc and its output show it at one moment.
+struct RankSample {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = 0;
+  char state = 'S';              ///< /proc/PID/stat's: R, S, D, Z, T...
+  double cpu_s = 0;              ///< CPU time of the rank and its children so far
+  HangClock::time_point last_output;  ///< its last output, or its start
+};
+
+/// A rank in a hang report.
+struct HungRank {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = 0;
+  char state = 'S';
+  double cpu_percent = 0;  ///< over the watch's window
+  double silent_s = 0;     ///< since its last output
+  bool busy = false;       ///< it used a CPU for most of the window
+  std::string doing;       ///< what its stack says (classify), or "running" / "blocked" from /proc
+  std::vector<std::string> stack;  ///< "function (file:line)", innermost first, threads apart by ""
+  std::string stack_error;         ///< why there is no stack
+};
+
+struct Hang {
+  double silent_s = 0;  ///< since the last output of any rank
+  std::vector<HungRank> ranks;
+};
+
+class HangWatch {
+ public:
+  /// `timeout`: how long no rank may print. The CPU use that tells busy from blocked is measured
+  /// over the last `window` of it (at most the timeout).
+  explicit HangWatch(std::chrono::milliseconds timeout,
+                     std::chrono::milliseconds window = std::chrono::seconds(10));
+
+  /// Every running rank at `now`. Returns the hang when the job has just become hung: once per
+  /// hang, until a rank prints again or every rank is busy.
+  std::optional<Hang> on_sample(HangClock::time_point now, const std::vector<RankSample>& ranks);
+
+  /// A new attempt: nothing heard before counts.
+  void reset();
+
+ private:
+  struct Seen {
+    std::vector<std::pair<HangClock::time_point, double>> cpu;  ///< samples inside the window
+  };
+  std::chrono::milliseconds timeout_, window_;
+  std::map<pid_t, Seen> seen_;
+  std::optional<HangClock::time_point> reported_at_;  ///< the last output when the hang was reported
+};
+
+/// What a rank is doing by its Python frames (innermost first): "in a collective", "in the store",
+/// "in a data loader", or "" when none of them.
+std::string classify(const std::vector<std::string>& stack);
+
+/// Fills each rank's `doing` (from its stack, else "running" when busy, "blocked" when not) and
+/// returns the suspect's index in hang.ranks: the first rank that is neither in a collective nor in
+/// the store, busy ones first; nullopt when every rank waits in one.
+std::optional<size_t> find_suspect(Hang& hang);
+
+/// py-spy's `dump --json` output as stacks: "thread NAME", then its frames, "name (file:line)",
+/// innermost first, threads apart by an empty line. nullopt when it is not py-spy's JSON.
+std::optional<std::vector<std::string>> parse_py_spy(const std::string& json);
+/// eu-stack's output the same way ("#0  0x... function" lines), threads named 1, 2, ... in order.
+std::vector<std::string> parse_eu_stack(const std::vector<std::string>& lines);
+
+/// The report for the console: a headline, the table, every rank's stack (ranks with the same stack
+/// as one block) and the verdict. `how`: which tool read the stacks.
+std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
+                        const std::string& how, double timeout_s);
+/// The same as one JSON object.
+std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
+                             const std::string& how, double timeout_s);
+
+}  // namespace dtl::launcher

@@ -1,0 +1,199 @@
+#include "launcher/hang_watcher.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include "base/posix.h"
+#include "config/files.h"
+#include "launcher/console.h"
+#include "launcher/failure.h"
+#include "launcher/log_layout.h"
+#include "launcher/plan.h"
+#include "launcher/spawn.h"
+
+namespace dtl::launcher {
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr auto kTick = std::chrono::seconds(1);
+constexpr auto kStackTimeout = std::chrono::seconds(10);
+constexpr int kMaxDescendants = 256;
+
+std::string read_small(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// State and utime + stime in clock ticks from /proc/PID/stat; false when it is gone.
+bool read_stat(pid_t pid, char& state, unsigned long long& ticks) {
+  const std::string text = read_small("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = text.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return false;
+  std::istringstream fields(text.substr(close + 1));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  fields >> state;
+  for (int i = 4; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  ticks = utime + stime;
+  return true;
+}
+
+void add_descendants(pid_t pid, double tick_s, ProcUsage& usage, int& budget) {
+  std::istringstream children(read_small("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+  for (pid_t child; budget > 0 && children >> child; --budget) {
+    char state = '?';
+    unsigned long long ticks = 0;
+    if (!read_stat(child, state, ticks)) continue;
+    usage.cpu_s += ticks * tick_s;
+    add_descendants(child, tick_s, usage, budget);
+  }
+}
+
+/// One rank's stack by `reader` (py-spy or eu-stack), or why there is none.
+std::pair<std::vector<std::string>, std::string> stack_of(const std::string& reader, bool python, pid_t pid) {
+  if (reader.empty()) {
+    return {{}, python ? "py-spy not found (pip install py-spy, or set DTLAUNCH_PY_SPY)"
+                       : "eu-stack not found (apt install elfutils)"};
+  }
+  const auto out = python ? posix::run_program({reader, "dump", "--pid", std::to_string(pid), "--json"}, kStackTimeout)
+                          : posix::run_program({reader, "-p", std::to_string(pid)}, kStackTimeout);
+  std::string text;
+  for (const auto& line : out.lines) text += line + "\n";
+  if (python) {
+    auto stack = parse_py_spy(text);
+    if (stack && !stack->empty()) return {*stack, ""};
+    return {{}, "py-spy could not read it (may it ptrace the worker? root, or CAP_SYS_PTRACE with Yama)"};
+  }
+  auto stack = parse_eu_stack(out.lines);
+  if (!stack.empty()) return {stack, ""};
+  return {{}, "eu-stack could not read it (may it ptrace the worker?)"};
+}
+
+/// py-spy for Python workers (DTLAUNCH_PY_SPY, else PATH, else beside the workers' interpreter, as
+/// in a venv), eu-stack for others; "" when it is not there.
+std::string find_stack_reader(const LaunchPlan& plan) {
+  const char* path = std::getenv("PATH");
+  const std::string path_env = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  if (!plan.python_workers) return find_executable("eu-stack", path_env).value_or("");
+  if (const char* given = std::getenv("DTLAUNCH_PY_SPY")) return find_executable(given, path_env).value_or("");
+  if (auto found = find_executable("py-spy", path_env)) return *found;
+  const auto slash = plan.exec_path.rfind('/');
+  if (slash == std::string::npos) return "";
+  return find_executable(plan.exec_path.substr(0, slash + 1) + "py-spy", path_env).value_or("");
+}
+
+}  // namespace
+
+ProcUsage proc_usage(pid_t pid) {
+  static const double tick_s = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  ProcUsage usage;
+  unsigned long long ticks = 0;
+  if (!read_stat(pid, usage.state, ticks)) return usage;
+  usage.cpu_s = ticks * tick_s;
+  int budget = kMaxDescendants;
+  add_descendants(pid, tick_s, usage, budget);  // data-loader workers, a compiler it waits on
+  return usage;
+}
+
+HangWatcher::HangWatcher(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
+                         std::function<std::vector<Probe>()> probes, std::function<void(const Failure&)> fail)
+    : io_(io), console_(console), plan_(plan), logs_(logs), probes_(std::move(probes)), fail_(std::move(fail)),
+      timer_(io), watch_(std::chrono::milliseconds(static_cast<long>(plan.hang_timeout_s * 1000))),
+      alive_(std::make_shared<bool>(true)) {}
+
+HangWatcher::~HangWatcher() {
+  *alive_ = false;
+  if (reader_.joinable()) reader_.join();  // at most kStackTimeout: its handler never runs now
+}
+
+void HangWatcher::start(int attempt) {
+  if (plan_.hang_timeout_s <= 0) return;
+  attempt_ = attempt;
+  ++generation_;
+  watch_.reset();
+  watching_ = true;
+  tick();
+}
+
+void HangWatcher::stop() {
+  watching_ = false;
+  ++generation_;
+  timer_.cancel();
+}
+
+void HangWatcher::tick() {
+  timer_.expires_after(kTick);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !watching_) return;
+    auto probes = probes_();
+    std::vector<RankSample> samples;
+    for (const auto& p : probes) {
+      const auto usage = proc_usage(p.pid);
+      samples.push_back({p.rank, p.local_rank, p.pid, usage.state, usage.cpu_s, p.last_output});
+    }
+    if (auto hang = watch_.on_sample(HangClock::now(), samples); hang && !reading_) read_stacks(std::move(*hang), probes);
+    tick();
+  });
+}
+
+void HangWatcher::read_stacks(Hang hang, std::vector<Probe> probes) {
+  reading_ = true;
+  if (!stack_reader_) stack_reader_ = find_stack_reader(plan_);
+  if (reader_.joinable()) reader_.join();
+  reader_ = std::jthread([this, hang = std::move(hang), probes = std::move(probes), alive = alive_,
+                          generation = generation_, reader = *stack_reader_,
+                          python = plan_.python_workers]() mutable {
+    std::vector<std::future<std::pair<std::vector<std::string>, std::string>>> reads;
+    for (const auto& r : hang.ranks) reads.push_back(std::async(std::launch::async, stack_of, reader, python, r.pid));
+    for (size_t i = 0; i < reads.size(); ++i) std::tie(hang.ranks[i].stack, hang.ranks[i].stack_error) = reads[i].get();
+    if (!*alive) return;
+    asio::post(io_, [this, hang = std::move(hang), probes = std::move(probes), alive, generation]() mutable {
+      if (!*alive) return;
+      reading_ = false;
+      if (generation == generation_) report(std::move(hang), probes);
+    });
+  });
+}
+
+void HangWatcher::report(Hang hang, const std::vector<Probe>& probes) {
+  const auto suspect = find_suspect(hang);
+  const std::string host = posix::host_name();
+  const std::string how = stack_reader_->empty() ? "none" : plan_.python_workers ? "py-spy" : "eu-stack";
+  console_.write(2, hang_report(hang, suspect, host, how, plan_.hang_timeout_s));
+  const auto file = logs_.path() / ("attempt_" + std::to_string(attempt_)) / ("hang_" + std::to_string(++reports_) + ".json");
+  if (auto why = config::write_file_atomically(file.string(), hang_report_json(hang, suspect, host, how, plan_.hang_timeout_s));
+      why.empty()) {
+    wrote_report_ = true;
+    spdlog::info("the hang's report is in {}", file.string());
+  } else {
+    spdlog::warn("cannot write the hang's report: {}", why);
+  }
+  if (!plan_.on_hang_fail) return;
+  // The suspect fails the group; without one, the lowest rank stands for the job.
+  const auto& r = hang.ranks[suspect.value_or(0)];
+  std::string error_file;
+  for (const auto& p : probes) {
+    if (p.pid == r.pid) error_file = p.error_file;
+  }
+  Failure f = describe_failure(r.local_rank, r.rank, r.pid, 1 << 8, std::chrono::system_clock::now(), error_file);
+  if (f.error_file == "<N/A>") {
+    f.message = "hang: no rank printed for " + std::to_string(static_cast<long>(hang.silent_s)) + " s (" +
+                (suspect ? "suspect: " + r.doing : std::string("no suspect on this node")) + ")";
+  }
+  fail_(f);
+}
+
+}  // namespace dtl::launcher

@@ -1,0 +1,80 @@
+// The watch for hangs over one node's workers (launcher/hang_watch.h decides): once a second it
+// reads each rank's state and CPU time, with its children's, from /proc, and the time of its last
+// output; once the job counts as hung it reads every rank's stack (py-spy for Python, eu-stack for
+// others) on a thread of its own, so supervision goes on meanwhile, then prints the report, writes
+// it as JSON into the run's log folder, and with --on_hang=fail hands the suspect's failure back.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "base/failure.h"
+#include "launcher/hang_watch.h"
+
+namespace dtl::launcher {
+
+class Console;
+class RunLogDir;
+struct LaunchPlan;
+
+class HangWatcher {
+ public:
+  struct Probe {
+    int rank = 0;
+    int local_rank = 0;
+    pid_t pid = 0;
+    HangClock::time_point last_output;
+    std::string error_file;  ///< its TORCHELASTIC_ERROR_FILE, read for the failure's traceback
+  };
+  /// `probes`: the running workers now. `fail`: with --on_hang=fail, the suspect's failure.
+  HangWatcher(boost::asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
+              std::function<std::vector<Probe>()> probes, std::function<void(const Failure&)> fail);
+  ~HangWatcher();
+
+  /// Watches a new attempt (`attempt`: its restart count); does nothing with --hang_timeout=0.
+  void start(int attempt);
+  void stop();
+  /// Whether a report went into the log folder (which is then worth keeping).
+  bool wrote_report() const { return wrote_report_; }
+
+ private:
+  void tick();
+  void read_stacks(Hang hang, std::vector<Probe> probes);
+  void report(Hang hang, const std::vector<Probe>& probes);
+
+  boost::asio::io_context& io_;
+  Console& console_;
+  const LaunchPlan& plan_;
+  RunLogDir& logs_;
+  std::function<std::vector<Probe>()> probes_;
+  std::function<void(const Failure&)> fail_;
+  boost::asio::steady_timer timer_;
+  HangWatch watch_;
+  bool watching_ = false;
+  bool reading_ = false;     ///< the stack reader's thread is busy
+  int attempt_ = 0;
+  int reports_ = 0;
+  bool wrote_report_ = false;
+  unsigned generation_ = 0;  ///< a stack reading from an earlier attempt is dropped
+  std::optional<std::string> stack_reader_;  ///< found at the first hang; "" when there is none
+  std::shared_ptr<bool> alive_;
+  std::jthread reader_;
+};
+
+/// /proc/PID/stat's state, and the CPU seconds of the process and its live descendants.
+struct ProcUsage {
+  char state = '?';
+  double cpu_s = 0;
+};
+ProcUsage proc_usage(pid_t pid);
+
+}  // namespace dtl::launcher

@@ -1,0 +1,143 @@
+"""Hangs, with real torch (gloo on CPU) from the oracle venv ($DTL_ACCELERATE_VENV, else
+~/.cache/dtlaunch/venv-accelerate, which scripts/parity/make_venv.sh makes with py-spy): one rank
+sleeps, spins, or hangs in atexit after its traceback while the others wait in all_reduce; the watch
+finds it, reads every rank's stack with py-spy, names the suspect, and --on_hang=fail restarts."""
+import glob
+import json
+import os
+import unittest
+
+from common import DTLAUNCH, LaunchTest, free_port, main
+
+VENV = os.environ.get("DTL_ACCELERATE_VENV", os.path.expanduser("~/.cache/dtlaunch/venv-accelerate"))
+PYTHON = os.path.join(VENV, "bin", "python")
+
+SCRIPT = '''
+import atexit, datetime, os, sys, time
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+
+def stuck():
+    time.sleep(float(os.environ.get("STUCK_S", "3600")))
+
+
+def spin():
+    while True:
+        pass
+
+
+@record
+def main():
+    mode = sys.argv[1]
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+    rank = dist.get_rank()
+    first = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
+    print(f"ready rank {rank}", flush=True)
+    if rank == 1 and (mode == "sleep" or (mode == "first-attempt" and first)):
+        stuck()
+    if rank == 1 and mode == "spin":
+        spin()
+    if rank == 1 and mode == "atexit":
+        atexit.register(stuck)
+        raise RuntimeError("rank 1 gave up")
+    if mode == "compute":
+        end = time.monotonic() + float(sys.argv[2])
+        while time.monotonic() < end:
+            pass
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    print(f"done rank {rank} {t.item():g}", flush=True)
+    dist.destroy_process_group()
+
+
+main()
+'''
+
+
+@unittest.skipUnless(os.path.exists(os.path.join(VENV, "bin", "py-spy")) and os.path.exists(PYTHON),
+                     f"no venv with torch and py-spy at {VENV} (scripts/parity/make_venv.sh)")
+class Hangs(LaunchTest):
+    def setUp(self):
+        super().setUp()
+        self.script = os.path.join(self.tmp, "hang.py")
+        with open(self.script, "w") as f:
+            f.write(SCRIPT)
+        self.logs = os.path.join(self.tmp, "logs")
+
+    def run_job(self, mode, *flags, extra=(), timeout=120, nproc=2, **env):
+        return self.launch(f"--nproc_per_node={nproc}", "--master_port", free_port(), "--log_dir", self.logs, *flags,
+                           self.script, mode, *extra, env=self.env(PYTHON_EXEC=PYTHON, OMP_NUM_THREADS="1", **env),
+                           timeout=timeout)
+
+    def reports(self):
+        found = []
+        for path in sorted(glob.glob(os.path.join(self.logs, "*", "attempt_*", "hang_*.json"))):
+            with open(path) as f:
+                found.append(json.load(f))
+        return found
+
+    def test_a_sleeping_rank_is_the_suspect_with_every_rank_s_stack_and_fail_ends_the_job(self):
+        r = self.run_job("sleep", "--hang_timeout=5", "--on_hang=fail")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("dtlaunch: hang: no rank printed for ", r.stderr)
+        self.assertRegex(r.stderr, r"dtlaunch: suspect rank 1 on \S+ \(pid \d+\): stuck \(hang\.py:\d+\)")
+        self.assertRegex(r.stderr, r"  rank 0:\n    thread MainThread\n      all_reduce \(.*distributed_c10d\.py:\d+\)")
+        self.assertRegex(r.stderr, r"  rank 1:\n    thread MainThread\n      stuck \(hang\.py:\d+\)")
+        self.assertIn("stacks (py-spy):", r.stderr)
+        self.assertIn("hang: no rank printed for", r.stderr.split("Root Cause")[1])  # the summary's traceback
+        [report] = self.reports()
+        self.assertEqual(report["suspect"], 1)
+        self.assertEqual([x["doing"] for x in report["ranks"]], ["in a collective", "blocked"])
+
+    def test_ranks_with_one_stack_are_one_block(self):
+        r = self.run_job("sleep", "--hang_timeout=4", "--on_hang=fail", nproc=3)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertRegex(r.stderr, r"  ranks 0,2:\n    thread MainThread\n      all_reduce \(")
+        self.assertIn("dtlaunch: suspect rank 1", r.stderr)
+
+    def test_a_spinning_rank_is_the_suspect_while_the_others_wait(self):
+        r = self.run_job("spin", "--hang_timeout=5", "--on_hang=fail")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertRegex(r.stderr, r"dtlaunch: suspect rank 1 on \S+ \(pid \d+\): spin \(hang\.py:\d+\)")
+        self.assertIn("rank 1 ran while the others waited", r.stderr)
+        [report] = self.reports()
+        self.assertEqual(report["ranks"][1]["doing"], "running")
+
+    def test_a_traceback_then_a_hang_in_atexit_ends_with_the_exception_as_root_cause(self):
+        r = self.run_job("atexit", "--hang_timeout=5", "--on_hang=fail")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertRegex(r.stderr, r"dtlaunch: suspect rank 1 on \S+ \(pid \d+\): stuck \(hang\.py:\d+\)")
+        root = r.stderr.split("Root Cause")[1]
+        self.assertIn("rank      : 1", root)
+        self.assertIn("RuntimeError: rank 1 gave up", root)
+
+    def test_a_hang_of_the_first_attempt_only_is_restarted_and_the_job_succeeds(self):
+        r = self.run_job("first-attempt", "--hang_timeout=5", "--on_hang=fail", "--max_restarts=1")
+        self.assertExitCode(r, 0)
+        self.assertIn("dtlaunch: suspect rank 1", r.stderr)
+        self.assertEqual(sorted(line for line in r.stdout.splitlines() if "done rank" in line),
+                         ["[default0]:done rank 0 2", "[default1]:done rank 1 2"])
+
+    def test_report_prints_one_report_per_hang_and_the_job_goes_on(self):
+        r = self.run_job("sleep", "--hang_timeout=4", STUCK_S="12")
+        self.assertExitCode(r, 0)
+        self.assertEqual(r.stderr.count("dtlaunch: hang: "), 1, r.stderr)
+        self.assertIn("dtlaunch: suspect rank 1", r.stderr)
+        self.assertEqual(len(self.reports()), 1)
+
+    def test_ranks_that_compute_silently_for_several_timeouts_raise_no_alarm(self):
+        r = self.run_job("compute", "--hang_timeout=2", "--on_hang=fail", extra=("8",))
+        self.assertExitCode(r, 0)
+        self.assertNotIn("hang", r.stderr)
+        self.assertEqual(self.reports(), [])
+
+    def test_hang_timeout_0_turns_the_watch_off(self):
+        r = self.run_job("sleep", "--hang_timeout=0", "--on_hang=fail", STUCK_S="8")
+        self.assertExitCode(r, 0)
+        self.assertNotIn("hang", r.stderr)
+
+
+if __name__ == "__main__":
+    main()
