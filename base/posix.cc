@@ -187,6 +187,24 @@ std::vector<std::string> host_addresses() {
   return out;
 }
 
+std::string interface_of(const std::string& address) {
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return "";
+  std::string found;
+  for (const ifaddrs* i = all; i && found.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || !i->ifa_name) continue;
+    char text[INET6_ADDRSTRLEN] = "";
+    if (i->ifa_addr->sa_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr, text, sizeof text);
+    }
+    if (address == text) found = i->ifa_name;
+  }
+  freeifaddrs(all);
+  return found;
+}
+
 std::string current_directory() {
   std::error_code ec;
   auto cwd = std::filesystem::current_path(ec);

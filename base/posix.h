@@ -86,6 +86,8 @@ std::string host_name();
 /// This machine's addresses as `hostname -I` lists them (what deepspeed's runner asks a host for):
 /// every interface's IPv4 and IPv6 address in getifaddrs' order, but loopback and IPv6 link-local.
 std::vector<std::string> host_addresses();
+/// The name of the interface that holds `address` ("eth0"), or "" when none does.
+std::string interface_of(const std::string& address);
 
 /// The working directory's absolute path; "." when it cannot be had (removed under us).
 std::string current_directory();

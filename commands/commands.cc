@@ -13,7 +13,7 @@ const std::vector<Subcommand>& subcommands() {
   return kSubcommands;
 }
 
-std::optional<int> run_subcommand(const std::vector<std::string>& args, const config::EnvLookup& env) {
+std::optional<int> run_subcommand(const std::vector<std::string>& args, const EnvLookup& env) {
   if (args.empty()) return std::nullopt;
   for (const auto& s : subcommands()) {
     if (args[0] == s.name) return s.run(std::vector<std::string>(args.begin() + 1, args.end()), env);

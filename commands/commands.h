@@ -14,7 +14,7 @@ namespace dtl::commands {
 /// One subcommand: its name, what runs it, and what the man page and completion say of it.
 struct Subcommand {
   const char* name;
-  int (*run)(const std::vector<std::string>& args, const config::EnvLookup& env);
+  int (*run)(const std::vector<std::string>& args, const EnvLookup& env);
   const char* summary;  ///< one line, for the man page
   const char* words;    ///< what may follow the name, for completion ("default show validate")
 };
@@ -23,19 +23,19 @@ struct Subcommand {
 const std::vector<Subcommand>& subcommands();
 
 /// Runs the subcommand that args[0] names; std::nullopt when it names none (a launch follows).
-std::optional<int> run_subcommand(const std::vector<std::string>& args, const config::EnvLookup& env);
+std::optional<int> run_subcommand(const std::vector<std::string>& args, const EnvLookup& env);
 
 /// `dtlaunch config [default|show|validate FILE] [--config_file FILE] [--force] [--fake_gpus N]`.
-int run_config(const std::vector<std::string>& args, const config::EnvLookup& env);
+int run_config(const std::vector<std::string>& args, const EnvLookup& env);
 
 /// `dtlaunch env [flags]`: versions, machine, GPUs and the settings in effect, for a bug report.
-int run_env(const std::vector<std::string>& args, const config::EnvLookup& env);
+int run_env(const std::vector<std::string>& args, const EnvLookup& env);
 
 /// `dtlaunch rdzv-server [flags]`: the rendezvous on its own; runs until the job is over and returns
 /// the job's exit code (2 for bad arguments).
-int run_rdzv_server(const std::vector<std::string>& args, const config::EnvLookup& env);
+int run_rdzv_server(const std::vector<std::string>& args, const EnvLookup& env);
 
 /// `dtlaunch completion bash|zsh|man`: shell completion or the man page, from the flag table.
-int run_completion(const std::vector<std::string>& args, const config::EnvLookup& env);
+int run_completion(const std::vector<std::string>& args, const EnvLookup& env);
 
 }  // namespace dtl::commands

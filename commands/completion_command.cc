@@ -9,7 +9,7 @@
 #include "base/error.h"
 #include "commands/commands.h"
 #include "config/command_line.h"
-#include "config/text.h"
+#include "base/text.h"
 
 namespace dtl::commands {
 namespace {
@@ -195,7 +195,7 @@ std::string man() {
 
 }  // namespace
 
-int run_completion(const std::vector<std::string>& args, const config::EnvLookup&) {
+int run_completion(const std::vector<std::string>& args, const EnvLookup&) {
   const std::string what = args.size() == 1 ? args[0] : "";
   if (what == "bash") {
     std::cout << bash();

@@ -12,6 +12,7 @@
 #include "config/flags.h"
 #include "config/wizard.h"
 #include "launcher/gpus.h"
+#include "base/printable.h"
 
 namespace dtl::commands {
 namespace {
@@ -90,7 +91,7 @@ bool exists(const std::string& path) {
 }
 
 /// --fake_gpus, else its variables, as a launch reads them (the flag table's row).
-std::variant<config::MachineFacts, std::string> machine_facts(const ConfigArgs& a, const config::EnvLookup& env) {
+std::variant<config::MachineFacts, std::string> machine_facts(const ConfigArgs& a, const EnvLookup& env) {
   const config::Flag& row = config::flag(config::Setting::fake_gpus);
   std::optional<std::string> fake = a.fake_gpus;
   std::string from = "--fake_gpus";
@@ -112,7 +113,7 @@ std::variant<config::MachineFacts, std::string> machine_facts(const ConfigArgs& 
 }
 
 /// The file that is written: --config_file, else $DTLAUNCH_CONFIG_FILE, else the default path.
-std::string target_path(const ConfigArgs& a, const config::EnvLookup& env) {
+std::string target_path(const ConfigArgs& a, const EnvLookup& env) {
   if (a.file && !a.file->empty()) return *a.file;
   if (auto v = env("DTLAUNCH_CONFIG_FILE"); v && !v->empty()) return *v;
   return config::default_config_path(env);
@@ -135,7 +136,7 @@ int write_config(const std::string& path, const std::string& text, std::ostream&
   return 0;
 }
 
-int run_wizard_command(const ConfigArgs& a, const config::EnvLookup& env, const std::string& path) {
+int run_wizard_command(const ConfigArgs& a, const EnvLookup& env, const std::string& path) {
   auto facts = machine_facts(a, env);
   if (auto* why = std::get_if<std::string>(&facts)) return fail(*why);
   std::optional<config::WizardAnswers> answers;
@@ -167,7 +168,7 @@ int run_wizard_command(const ConfigArgs& a, const config::EnvLookup& env, const 
   return write_config(path, config::render_config(*answers, "dtlaunch config"), std::cout);
 }
 
-int run_default(const ConfigArgs& a, const config::EnvLookup& env, const std::string& path) {
+int run_default(const ConfigArgs& a, const EnvLookup& env, const std::string& path) {
   if (exists(path) && !a.force) return fail("config default: " + printable(path) + " already exists (--force overwrites it)");
   auto facts = machine_facts(a, env);
   if (auto* why = std::get_if<std::string>(&facts)) return fail(*why);
@@ -175,7 +176,7 @@ int run_default(const ConfigArgs& a, const config::EnvLookup& env, const std::st
   return write_config(path, config::render_config(answers, "dtlaunch config default"), std::cout);
 }
 
-int run_show(const ConfigArgs& a, const config::EnvLookup& env) {
+int run_show(const ConfigArgs& a, const EnvLookup& env) {
   auto where = config::locate_config(a.file, env);
   if (!where) {
     std::cerr << "dtlaunch: config show: no config file (" << (a.file ? "--config_file" : "DTLAUNCH_CONFIG_FILE")
@@ -212,7 +213,7 @@ int run_validate(const ConfigArgs& a) {
 
 }  // namespace
 
-int run_config(const std::vector<std::string>& args, const config::EnvLookup& env) {
+int run_config(const std::vector<std::string>& args, const EnvLookup& env) {
   auto parsed = parse_args(args);
   if (auto* why = std::get_if<std::string>(&parsed)) return fail("config: " + *why);
   const auto& a = std::get<ConfigArgs>(parsed);

@@ -9,7 +9,7 @@
 
 #include "base/posix.h"
 #include "commands/commands.h"
-#include "config/text.h"
+#include "base/text.h"
 #include "launcher/gpus.h"
 
 namespace dtl::commands {
@@ -71,7 +71,7 @@ std::vector<std::string> python_facts(const std::string& python) {
 
 }  // namespace
 
-int run_env(const std::vector<std::string>& args, const config::EnvLookup& env) {
+int run_env(const std::vector<std::string>& args, const EnvLookup& env) {
   for (const auto& a : args) {
     if (a == "-h" || a == "--help") {
       std::cout << "usage: dtlaunch env [dtlaunch flags]\n"

@@ -42,7 +42,7 @@ const std::vector<config::Setting> kShared = {
     config::Setting::rdzv_token, config::Setting::rdzv_token_file};
 
 /// The flags, or the exit code when there is nothing to serve (help, or bad arguments: said on stderr).
-std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args, const config::EnvLookup& env,
+std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args, const EnvLookup& env,
                                            const config::ReadFile& files) {
   std::vector<config::CommandOption> own = {{"--host", "address to listen on (default: every interface)", {}},
                                             {"--port", "port to listen on (default 29400)", {}}};
@@ -100,7 +100,7 @@ int serve(rendezvous::ServerOptions opts) {
 
 }  // namespace
 
-int run_rdzv_server(const std::vector<std::string>& args, const config::EnvLookup& env) {
+int run_rdzv_server(const std::vector<std::string>& args, const EnvLookup& env) {
   auto parsed = parse_flags(args, env, config::disk_files());
   if (auto* code = std::get_if<int>(&parsed)) return *code;
   const auto& flags = std::get<ServerFlags>(parsed);

@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "config/config_file.h"
-#include "config/text.h"
+#include "base/text.h"
 
 namespace dtl::config {
 namespace {

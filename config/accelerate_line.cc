@@ -4,7 +4,8 @@
 #include <cstdlib>
 
 #include "config/accelerate.h"
-#include "config/text.h"
+#include "base/text.h"
+#include "base/printable.h"
 
 namespace dtl::config {
 namespace {

@@ -3,7 +3,8 @@
 #include <stdexcept>
 
 #include "config/hostlist.h"
-#include "config/text.h"
+#include "base/text.h"
+#include "base/printable.h"
 
 namespace dtl::config {
 namespace {

@@ -12,7 +12,8 @@
 #include "config/cluster_env.h"
 #include "config/config_file.h"
 #include "config/pod_variables.h"
-#include "config/text.h"
+#include "base/text.h"
+#include "base/printable.h"
 
 namespace dtl::config {
 namespace {
@@ -608,14 +609,6 @@ std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env
 }
 
 }  // namespace
-
-EnvLookup process_env() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (!v) return std::nullopt;
-    return std::string(v);
-  };
-}
 
 std::vector<OptionDoc> option_docs() { return CommandLine().docs(); }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "config/files.h"
 #include "config/flags.h"
@@ -16,11 +17,8 @@
 
 namespace dtl::config {
 
-/// Looks up an environment variable; std::nullopt when unset.
-using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
-
-/// The process environment, for the real binary.
-EnvLookup process_env();
+using dtl::EnvLookup;
+using dtl::process_env;
 
 struct ParseResult {
   std::optional<LaunchOptions> options;  ///< set when a launch should happen

@@ -11,7 +11,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/flags.h"
-#include "config/text.h"
+#include "base/text.h"
+#include "base/printable.h"
 
 namespace dtl::config {
 namespace {

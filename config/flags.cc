@@ -7,7 +7,8 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "config/text.h"
+#include "base/text.h"
+#include "base/printable.h"
 
 namespace dtl::config {
 namespace {

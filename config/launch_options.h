@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/printable.h"
 
 namespace dtl::config {
 

@@ -4,7 +4,8 @@
 #include <utility>
 #include <vector>
 
-#include "config/text.h"
+#include "base/text.h"
+#include "base/printable.h"
 
 namespace dtl::config {
 

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "config/flags.h"
 #include "config/launch_options.h"
+#include "base/printable.h"
 
 namespace dtl::config {
 

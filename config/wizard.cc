@@ -9,7 +9,8 @@
 
 #include "config/config_file.h"
 #include "config/flags.h"
-#include "config/text.h"
+#include "base/text.h"
+#include "base/printable.h"
 
 namespace dtl::config {
 namespace {

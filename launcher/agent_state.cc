@@ -4,7 +4,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
-#include "launcher/failure.h"
+#include "launcher/failure_summary.h"
 
 namespace dtl::launcher {
 using namespace agent;
@@ -54,10 +54,10 @@ AgentState::Actions AgentState::on_round(const rdzv::Round& r) {
   round_ = r;
   phase_ = Phase::running;
   GroupEnv env = round_env(config_.group, r, config_);
-  a.push_back(Log{Level::info, fmt::format("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart {}",
-                                           r.round, r.group_rank, r.group_world_size, r.base_rank,
-                                           r.base_rank + config_.nproc - 1, r.world_size, env.master_addr,
-                                           env.master_port, r.restart_count)});
+  a.push_back(
+      Log{Level::info, fmt::format("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart {}", r.round,
+                                   r.group_rank, r.group_world_size, r.base_rank, r.base_rank + config_.nproc - 1,
+                                   r.world_size, env.master_addr, env.master_port, r.restart_count)});
   a.push_back(StartGroup{std::move(env)});
   return a;
 }
@@ -120,7 +120,8 @@ AgentState::Actions AgentState::on_signal(int sig) {
     // node left with the job's code, say): the signal hurries the stop but keeps the root cause's code.
     // An Exit without failures (another node left on its own signal) is no root cause to keep.
     if (group_runs()) {
-      a.push_back(Log{Level::warn, "received " + signal_name(sig) + " while leaving the failed job: killing the workers now"});
+      a.push_back(
+          Log{Level::warn, "received " + signal_name(sig) + " while leaving the failed job: killing the workers now"});
       a.push_back(KillGroup{});
     }
     return a;

@@ -56,8 +56,8 @@ struct Leave {  ///< the node is done with the job: end it with this exit code
   int exit_code;
   std::string why;  ///< "it received SIGTERM" when a signal ended it; else empty
 };
-using Action = std::variant<Log, StartGroup, StopGroup, KillGroup, Send, CloseClient, ArmBarrier, CancelBarrier,
-                            Summary, Leave>;
+using Action =
+    std::variant<Log, StartGroup, StopGroup, KillGroup, Send, CloseClient, ArmBarrier, CancelBarrier, Summary, Leave>;
 }  // namespace agent
 
 class AgentState {
@@ -65,12 +65,12 @@ class AgentState {
   using Actions = std::vector<agent::Action>;
 
   enum class Phase {
-    waiting,            ///< for a round: none yet, or this node's Stopped went out
-    running,            ///< the round's workers run
-    stopping_for_round, ///< the workers stop for the server's Stop or their own failure; the node stays
-    finished,           ///< the workers succeeded and Done went out: waiting for the others (exit barrier)
-    stopping_to_leave,  ///< the workers stop because this node leaves (Exit, rendezvous error, signal)
-    done,               ///< left, with exit_code()
+    waiting,             ///< for a round: none yet, or this node's Stopped went out
+    running,             ///< the round's workers run
+    stopping_for_round,  ///< the workers stop for the server's Stop or their own failure; the node stays
+    finished,            ///< the workers succeeded and Done went out: waiting for the others (exit barrier)
+    stopping_to_leave,   ///< the workers stop because this node leaves (Exit, rendezvous error, signal)
+    done,                ///< left, with exit_code()
   };
 
   explicit AgentState(AgentConfig config);

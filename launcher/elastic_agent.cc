@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <random>
 
 #include <boost/asio/steady_timer.hpp>
@@ -11,7 +12,7 @@
 #include "base/error.h"
 #include "base/posix.h"
 #include "launcher/agent_state.h"
-#include "launcher/failure.h"
+#include "launcher/failure_summary.h"
 #include "launcher/group_signals.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/ports.h"
@@ -73,6 +74,7 @@ class ElasticAgent final : public Runner {
   std::unique_ptr<rdzv::Server> server;
   std::unique_ptr<rdzv::Client> client;
   bool ending = false;    ///< end_job ran
+  bool told_interface = false;
   std::string leave_why;  ///< Leave's, for the job's end when this node hosts it
 
   static int64_t wall_now_ns() {
@@ -118,7 +120,28 @@ class ElasticAgent final : public Runner {
                                                        : spdlog::level::err;
     spdlog::log(level, "{}", a.text);
   }
-  void act(const agent::StartGroup& a) { group.start(a.env); }
+  void act(const agent::StartGroup& a) { group.start(with_gloo_interface(a.env)); }
+
+  /// A job across hosts whose user named no interface for gloo: its traffic goes out through the
+  /// interface that reaches the rendezvous. Without it gloo advertises the address the host name
+  /// resolves to, 127.0.0.1 in most containers and network namespaces, and the other hosts' connects
+  /// are refused (torchrun's workers fail so). NCCL picks its own interfaces, not by the host name.
+  GroupEnv with_gloo_interface(GroupEnv env) {
+    if (env.group_world_size < 2 || std::getenv("GLOO_SOCKET_IFNAME")) return env;
+    for (const auto& [name, value] : env.variables) {
+      if (name == "GLOO_SOCKET_IFNAME") return env;
+    }
+    const std::string address = client ? client->local_address() : "";
+    const std::string interface = posix::interface_of(address);
+    if (interface.empty()) return env;
+    env.variables.emplace_back("GLOO_SOCKET_IFNAME", interface);
+    if (!told_interface) {
+      spdlog::info("the workers' gloo traffic goes through {} ({}), which reaches the rendezvous "
+                   "(set GLOO_SOCKET_IFNAME to choose another)", interface, address);
+      told_interface = true;
+    }
+    return env;
+  }
   void act(const agent::StopGroup& a) { group.stop(a.signal); }
   void act(const agent::KillGroup&) { group.kill(); }
   void act(const agent::Send& a) { client->send(a.message); }

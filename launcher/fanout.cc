@@ -8,12 +8,12 @@
 #include <deque>
 #include <memory>
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
-#include <spdlog/spdlog.h>
 
 #include "base/posix.h"
 #include "launcher/console.h"
@@ -52,7 +52,9 @@ struct Node {
 class Fanout {
  public:
   Fanout(const FanoutPlan& plan, Console& console)
-      : plan_(plan), console_(console), state_(hosts(plan), plan.master_from_first_host, plan.stop_timeout_s, DTL_VERSION),
+      : plan_(plan),
+        console_(console),
+        state_(hosts(plan), plan.master_from_first_host, plan.stop_timeout_s, DTL_VERSION),
         signals_(io_) {
     for (int t = 0; t < kTimers; ++t) timers_.emplace_back(std::make_unique<asio::steady_timer>(io_));
   }
@@ -108,28 +110,29 @@ class Fanout {
   }
 
   void read(Node& n, asio::posix::stream_descriptor& pipe, std::array<char, 16384>& buf, int fd) {
-    pipe.async_read_some(asio::buffer(buf), [this, &n, &pipe, &buf, fd](const boost::system::error_code& ec, size_t got) {
-      if (ec == asio::error::operation_aborted || state_.finished()) return;
-      std::string_view chunk(buf.data(), got);
-      std::string after_hello;  // only until the hello: the output after it is not copied
-      if (fd == 1 && !n.hello_read) chunk = after_hello = hello(n, chunk);
-      if (fd == 2) state_.on_error_output(index(n), chunk);
-      auto& prefixer = fd == 1 ? n.out_lines : n.err_lines;
-      std::string lines;
-      prefixer.feed(chunk, lines);
-      if (ec) prefixer.finish(lines);
-      // Before the job starts, a host's complaints are the preflight's to report.
-      if (!lines.empty() && (fd == 1 || state_.shows_errors())) console_.write(fd, lines);
-      if (ec) {
-        if (--n.open_streams == 0) apply(state_.on_output_closed(index(n)));
-        return;
-      }
-      if (console_.backed_up()) {
-        console_.when_drained(io_, [this, &n, &pipe, &buf, fd] { read(n, pipe, buf, fd); });
-        return;
-      }
-      read(n, pipe, buf, fd);
-    });
+    pipe.async_read_some(asio::buffer(buf),
+                         [this, &n, &pipe, &buf, fd](const boost::system::error_code& ec, size_t got) {
+                           if (ec == asio::error::operation_aborted || state_.finished()) return;
+                           std::string_view chunk(buf.data(), got);
+                           std::string after_hello;  // only until the hello: the output after it is not copied
+                           if (fd == 1 && !n.hello_read) chunk = after_hello = hello(n, chunk);
+                           if (fd == 2) state_.on_error_output(index(n), chunk);
+                           auto& prefixer = fd == 1 ? n.out_lines : n.err_lines;
+                           std::string lines;
+                           prefixer.feed(chunk, lines);
+                           if (ec) prefixer.finish(lines);
+                           // Before the job starts, a host's complaints are the preflight's to report.
+                           if (!lines.empty() && (fd == 1 || state_.shows_errors())) console_.write(fd, lines);
+                           if (ec) {
+                             if (--n.open_streams == 0) apply(state_.on_output_closed(index(n)));
+                             return;
+                           }
+                           if (console_.backed_up()) {
+                             console_.when_drained(io_, [this, &n, &pipe, &buf, fd] { read(n, pipe, buf, fd); });
+                             return;
+                           }
+                           read(n, pipe, buf, fd);
+                         });
   }
 
   /// Takes the hello line off the front of a node's stdout; returns what follows it.

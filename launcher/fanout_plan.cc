@@ -11,9 +11,10 @@
 #include "config/files.h"
 #include "config/flags.h"
 #include "config/hostfile.h"
-#include "config/text.h"
+#include "base/text.h"
 #include "launcher/spawn.h"
 #include "rendezvous/auth.h"
+#include "base/printable.h"
 
 extern char** environ;
 
@@ -271,7 +272,7 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
 }
 
 
-std::vector<std::string> env_file_paths(const LaunchOptions& o, const config::EnvLookup& env, const std::string& cwd) {
+std::vector<std::string> env_file_paths(const LaunchOptions& o, const EnvLookup& env, const std::string& cwd) {
   std::vector<std::string> paths;
   if (o.fanout.deepspeed_runner) {
     const std::string name = env("DS_ENV_FILE").value_or(".deepspeed_env");
@@ -290,7 +291,7 @@ std::vector<std::string> environment_entries() {
 }
 
 std::variant<FanoutInputs, Error> read_fanout_inputs(const LaunchOptions& o, const std::vector<std::string>& args,
-                                                     const config::EnvLookup& env) {
+                                                     const EnvLookup& env) {
   FanoutInputs in;
   in.args = args;
   in.environment = environment_entries();

@@ -11,8 +11,8 @@
 #include <variant>
 #include <vector>
 
+#include "base/env.h"
 #include "base/error.h"
-#include "config/command_line.h"
 #include "config/launch_options.h"
 #include "launcher/fanout_wire.h"
 
@@ -20,30 +20,30 @@ namespace dtl::launcher {
 
 /// One host's agent: how ssh starts it, and what it is sent.
 struct NodeStart {
-  std::string host;                ///< as the user wrote it
-  std::vector<std::string> argv;   ///< the ssh command line; argv[0] is the program
-  Variables variables;             ///< the wire's step 2: forwarded ones, the host's settings, the token
+  std::string host;               ///< as the user wrote it
+  std::vector<std::string> argv;  ///< the ssh command line; argv[0] is the program
+  Variables variables;            ///< the wire's step 2: forwarded ones, the host's settings, the token
 };
 
 struct FanoutPlan {
-  std::vector<NodeStart> nodes;  ///< in node-rank order
-  std::string ssh_path;          ///< argv[0], found on PATH
+  std::vector<NodeStart> nodes;          ///< in node-rank order
+  std::string ssh_path;                  ///< argv[0], found on PATH
   std::vector<std::string> environment;  ///< ssh's: this process's, as the inputs had it
-  double stop_timeout_s = 30;    ///< how long the nodes may take to stop before ssh is killed
+  double stop_timeout_s = 30;            ///< how long the nodes may take to stop before ssh is killed
   /// No --master_addr: PET_MASTER_ADDR is meeting_address() of the first host, known at its hello.
   bool master_from_first_host = false;
 };
 
 /// What the plan is made from, besides the options.
 struct FanoutInputs {
-  std::vector<std::string> args;  ///< dtlaunch's arguments as typed (argv without argv[0])
+  std::vector<std::string> args;         ///< dtlaunch's arguments as typed (argv without argv[0])
   std::vector<std::string> environment;  ///< this process's "NAME=VALUE" entries
   std::string cwd;
-  std::string hostfile_text;          ///< the contents of o.fanout.hostfile, when set
+  std::string hostfile_text;  ///< the contents of o.fanout.hostfile, when set
   /// Files of NAME=VALUE lines for every host, as (path, contents), in order (a later one wins):
   /// env_file_paths' that exist.
   std::vector<std::pair<std::string, std::string>> env_files;
-  std::string token;                  ///< the job's fresh secret
+  std::string token;  ///< the job's fresh secret
   /// Finds a program as execvp would (the ssh of --ssh_command).
   std::function<std::optional<std::string>(const std::string&)> find_program;
 };
@@ -51,14 +51,12 @@ struct FanoutInputs {
 /// Reads the inputs from this machine: its environment and working directory, the hostfile, the env
 /// files, and a fresh token from OpenSSL. A hostfile that cannot be read is an Error (exit 2).
 std::variant<FanoutInputs, Error> read_fanout_inputs(const config::LaunchOptions& o,
-                                                     const std::vector<std::string>& args,
-                                                     const config::EnvLookup& env);
+                                                     const std::vector<std::string>& args, const EnvLookup& env);
 
 /// The files whose NAME=VALUE lines every host gets, in order: with deepspeed_runner,
 /// $HOME/NAME and ./NAME where NAME is $DS_ENV_FILE or .deepspeed_env (deepspeed's runner's
 /// DEEPSPEED_ENVIRONMENT_PATHS); then ./.dtlaunch_env. Relative to `cwd`.
-std::vector<std::string> env_file_paths(const config::LaunchOptions& o, const config::EnvLookup& env,
-                                        const std::string& cwd);
+std::vector<std::string> env_file_paths(const config::LaunchOptions& o, const EnvLookup& env, const std::string& cwd);
 
 /// This process's environment, as "NAME=VALUE" entries.
 std::vector<std::string> environment_entries();

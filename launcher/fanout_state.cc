@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/printable.h"
 
 namespace dtl::launcher {
 using namespace fanout;
@@ -70,8 +71,8 @@ FanoutState::Actions FanoutState::on_exit(size_t host, int status) {
   a.push_back(Kill{host, SIGKILL});
   if (!started_) {
     // Gone before the job started: it cannot start. Its ssh's last word says why, once it is read.
-    fail_preflight(host, h.answered ? "ended after its hello with " + describe(status) + ", before the job started" : "",
-                   a);
+    fail_preflight(host,
+                   h.answered ? "ended after its hello with " + describe(status) + ", before the job started" : "", a);
   } else if (code(status) != 0 && !stopping_) {
     // One host's agent gone with a failure: the static job cannot go on without it.
     first_failure_ = code(status);

@@ -8,7 +8,7 @@
 #include <boost/asio/ip/address.hpp>
 
 #include "base/posix.h"
-#include "config/text.h"
+#include "base/text.h"
 
 #ifndef DTL_VERSION
 #define DTL_VERSION "unknown"

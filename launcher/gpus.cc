@@ -5,7 +5,7 @@
 #include <regex>
 
 #include "base/posix.h"
-#include "config/text.h"
+#include "base/text.h"
 #include "launcher/numa.h"
 #include "launcher/spawn.h"
 

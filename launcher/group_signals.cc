@@ -6,7 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "launcher/failure.h"
+#include "launcher/failure_summary.h"
 
 namespace dtl::launcher {
 

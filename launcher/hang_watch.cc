@@ -201,16 +201,15 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
   for (const auto& r : hang.ranks) {
     if (r.busy) busy.push_back(r.rank);
   }
-  std::string out = fmt::format("dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n",
-                                hang.silent_s, timeout_s,
-                                busy.empty() ? std::string("no rank made progress")
-                                             : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) +
-                                                   " ran while the others waited");
+  std::string out = fmt::format(
+      "dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n", hang.silent_s, timeout_s,
+      busy.empty() ? std::string("no rank made progress")
+                   : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) + " ran while the others waited");
   out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6} {:>8}  {}\n", "rank", "host", "pid", "state", "cpu%", "silent",
                      "doing");
   for (const auto& r : hang.ranks) {
-    out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6.1f} {:>7.0f}s  {}\n", r.rank, host, r.pid, std::string(1, r.state),
-                       r.cpu_percent, r.silent_s, r.doing);
+    out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6.1f} {:>7.0f}s  {}\n", r.rank, host, r.pid,
+                       std::string(1, r.state), r.cpu_percent, r.silent_s, r.doing);
   }
   // Ranks with the same stack are one block: 64 ranks in all_reduce take one.
   std::vector<std::pair<std::string, std::vector<int>>> blocks;
@@ -251,13 +250,15 @@ std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, co
                              const std::string& how, double timeout_s) {
   std::string out = fmt::format("{{\"hang_timeout_s\": {:g}, \"silent_s\": {:.1f}, \"host\": {}, \"stacks_by\": {}, ",
                                 timeout_s, hang.silent_s, json_string(host), json_string(how));
-  out += "\"suspect\": " + (suspect ? std::to_string(hang.ranks[*suspect].rank) : std::string("null")) + ", \"ranks\": [";
+  out +=
+      "\"suspect\": " + (suspect ? std::to_string(hang.ranks[*suspect].rank) : std::string("null")) + ", \"ranks\": [";
   for (size_t i = 0; i < hang.ranks.size(); ++i) {
     const auto& r = hang.ranks[i];
-    out += fmt::format("{}{{\"rank\": {}, \"local_rank\": {}, \"pid\": {}, \"state\": {}, \"cpu_percent\": {:.1f}, "
-                       "\"silent_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"stack_error\": {}, \"stack\": [",
-                       i ? ", " : "", r.rank, r.local_rank, r.pid, json_string(std::string(1, r.state)), r.cpu_percent,
-                       r.silent_s, r.busy ? "true" : "false", json_string(r.doing), json_string(r.stack_error));
+    out += fmt::format(
+        "{}{{\"rank\": {}, \"local_rank\": {}, \"pid\": {}, \"state\": {}, \"cpu_percent\": {:.1f}, "
+        "\"silent_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"stack_error\": {}, \"stack\": [",
+        i ? ", " : "", r.rank, r.local_rank, r.pid, json_string(std::string(1, r.state)), r.cpu_percent, r.silent_s,
+        r.busy ? "true" : "false", json_string(r.doing), json_string(r.stack_error));
     for (size_t j = 0; j < r.stack.size(); ++j) out += (j ? ", " : "") + json_string(r.stack[j]);
     out += "]}";
   }

@@ -24,8 +24,8 @@ struct RankSample {
   int rank = 0;
   int local_rank = 0;
   pid_t pid = 0;
-  char state = 'S';              ///< /proc/PID/stat's: R, S, D, Z, T...
-  double cpu_s = 0;              ///< CPU time of the rank and its children so far
+  char state = 'S';                   ///< /proc/PID/stat's: R, S, D, Z, T...
+  double cpu_s = 0;                   ///< CPU time of the rank and its children so far
   HangClock::time_point last_output;  ///< its last output, or its start
 };
 
@@ -35,10 +35,10 @@ struct HungRank {
   int local_rank = 0;
   pid_t pid = 0;
   char state = 'S';
-  double cpu_percent = 0;  ///< over the watch's window
-  double silent_s = 0;     ///< since its last output
-  bool busy = false;       ///< it used a CPU for most of the window
-  std::string doing;       ///< what its stack says (classify), or "running" / "blocked" from /proc
+  double cpu_percent = 0;          ///< over the watch's window
+  double silent_s = 0;             ///< since its last output
+  bool busy = false;               ///< it used a CPU for most of the window
+  std::string doing;               ///< what its stack says (classify), or "running" / "blocked" from /proc
   std::vector<std::string> stack;  ///< "function (file:line)", innermost first, threads apart by ""
   std::string stack_error;         ///< why there is no stack
 };
@@ -52,8 +52,7 @@ class HangWatch {
  public:
   /// `timeout`: how long no rank may print. The CPU use that tells busy from blocked is measured
   /// over the last `window` of it (at most the timeout).
-  explicit HangWatch(std::chrono::milliseconds timeout,
-                     std::chrono::milliseconds window = std::chrono::seconds(10));
+  explicit HangWatch(std::chrono::milliseconds timeout, std::chrono::milliseconds window = std::chrono::seconds(10));
 
   /// Every running rank at `now`. Returns the hang when the job has just become hung: once per
   /// hang, until a rank prints again or every rank is busy.

@@ -7,13 +7,13 @@
 #include <future>
 #include <sstream>
 
-#include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
 
 #include "base/posix.h"
 #include "config/files.h"
 #include "launcher/console.h"
-#include "launcher/failure.h"
+#include "launcher/failure_summary.h"
 #include "launcher/log_layout.h"
 #include "launcher/plan.h"
 #include "launcher/spawn.h"
@@ -52,7 +52,8 @@ bool read_stat(pid_t pid, char& state, unsigned long long& ticks) {
 }
 
 void add_descendants(pid_t pid, double tick_s, ProcUsage& usage, int& budget) {
-  std::istringstream children(read_small("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+  std::istringstream children(
+      read_small("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
   for (pid_t child; budget > 0 && children >> child; --budget) {
     char state = '?';
     unsigned long long ticks = 0;
@@ -65,8 +66,9 @@ void add_descendants(pid_t pid, double tick_s, ProcUsage& usage, int& budget) {
 /// One rank's stack by `reader` (py-spy or eu-stack), or why there is none.
 std::pair<std::vector<std::string>, std::string> stack_of(const std::string& reader, bool python, pid_t pid) {
   if (reader.empty()) {
-    return {{}, python ? "py-spy not found (pip install py-spy, or set DTLAUNCH_PY_SPY)"
-                       : "eu-stack not found (apt install elfutils)"};
+    return {{},
+            python ? "py-spy not found (pip install py-spy, or set DTLAUNCH_PY_SPY)"
+                   : "eu-stack not found (apt install elfutils)"};
   }
   const auto out = python ? posix::run_program({reader, "dump", "--pid", std::to_string(pid), "--json"}, kStackTimeout)
                           : posix::run_program({reader, "-p", std::to_string(pid)}, kStackTimeout);
@@ -110,8 +112,14 @@ ProcUsage proc_usage(pid_t pid) {
 
 HangWatcher::HangWatcher(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
                          std::function<std::vector<Probe>()> probes, std::function<void(const Failure&)> fail)
-    : io_(io), console_(console), plan_(plan), logs_(logs), probes_(std::move(probes)), fail_(std::move(fail)),
-      timer_(io), watch_(std::chrono::milliseconds(static_cast<long>(plan.hang_timeout_s * 1000))),
+    : io_(io),
+      console_(console),
+      plan_(plan),
+      logs_(logs),
+      probes_(std::move(probes)),
+      fail_(std::move(fail)),
+      timer_(io),
+      watch_(std::chrono::milliseconds(static_cast<long>(plan.hang_timeout_s * 1000))),
       alive_(std::make_shared<bool>(true)) {}
 
 HangWatcher::~HangWatcher() {
@@ -144,7 +152,8 @@ void HangWatcher::tick() {
       const auto usage = proc_usage(p.pid);
       samples.push_back({p.rank, p.local_rank, p.pid, usage.state, usage.cpu_s, p.last_output});
     }
-    if (auto hang = watch_.on_sample(HangClock::now(), samples); hang && !reading_) read_stacks(std::move(*hang), probes);
+    if (auto hang = watch_.on_sample(HangClock::now(), samples); hang && !reading_)
+      read_stacks(std::move(*hang), probes);
     tick();
   });
 }
@@ -154,8 +163,7 @@ void HangWatcher::read_stacks(Hang hang, std::vector<Probe> probes) {
   if (!stack_reader_) stack_reader_ = find_stack_reader(plan_);
   if (reader_.joinable()) reader_.join();
   reader_ = std::jthread([this, hang = std::move(hang), probes = std::move(probes), alive = alive_,
-                          generation = generation_, reader = *stack_reader_,
-                          python = plan_.python_workers]() mutable {
+                          generation = generation_, reader = *stack_reader_, python = plan_.python_workers]() mutable {
     std::vector<std::future<std::pair<std::vector<std::string>, std::string>>> reads;
     for (const auto& r : hang.ranks) reads.push_back(std::async(std::launch::async, stack_of, reader, python, r.pid));
     for (size_t i = 0; i < reads.size(); ++i) std::tie(hang.ranks[i].stack, hang.ranks[i].stack_error) = reads[i].get();
@@ -173,8 +181,10 @@ void HangWatcher::report(Hang hang, const std::vector<Probe>& probes) {
   const std::string host = posix::host_name();
   const std::string how = stack_reader_->empty() ? "none" : plan_.python_workers ? "py-spy" : "eu-stack";
   console_.write(2, hang_report(hang, suspect, host, how, plan_.hang_timeout_s));
-  const auto file = logs_.path() / ("attempt_" + std::to_string(attempt_)) / ("hang_" + std::to_string(++reports_) + ".json");
-  if (auto why = config::write_file_atomically(file.string(), hang_report_json(hang, suspect, host, how, plan_.hang_timeout_s));
+  const auto file =
+      logs_.path() / ("attempt_" + std::to_string(attempt_)) / ("hang_" + std::to_string(++reports_) + ".json");
+  if (auto why = config::write_file_atomically(file.string(),
+                                               hang_report_json(hang, suspect, host, how, plan_.hang_timeout_s));
       why.empty()) {
     wrote_report_ = true;
     spdlog::info("the hang's report is in {}", file.string());

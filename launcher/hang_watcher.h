@@ -60,11 +60,11 @@ class HangWatcher {
   boost::asio::steady_timer timer_;
   HangWatch watch_;
   bool watching_ = false;
-  bool reading_ = false;     ///< the stack reader's thread is busy
+  bool reading_ = false;  ///< the stack reader's thread is busy
   int attempt_ = 0;
   int reports_ = 0;
   bool wrote_report_ = false;
-  unsigned generation_ = 0;  ///< a stack reading from an earlier attempt is dropped
+  unsigned generation_ = 0;                  ///< a stack reading from an earlier attempt is dropped
   std::optional<std::string> stack_reader_;  ///< found at the first hang; "" when there is none
   std::shared_ptr<bool> alive_;
   std::jthread reader_;

@@ -10,7 +10,7 @@
 #include <map>
 #include <sstream>
 
-#include "config/text.h"
+#include "base/text.h"
 
 namespace dtl::launcher {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "base/posix.h"
 #include "config/accelerate.h"
-#include "config/text.h"
-#include "launcher/failure.h"
+#include "base/text.h"
+#include "launcher/failure_summary.h"
 #include "launcher/fanout.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/rdzv_options.h"
@@ -25,7 +25,7 @@ using config::NprocSpec;
 Error error(std::string message, int code = 2) { return Error{std::move(message), code}; }
 
 /// The environment as the workers will inherit it: the plan's variables over dtlaunch's own.
-config::EnvLookup with_variables(const EnvPairs& variables, const config::EnvLookup& inherited) {
+EnvLookup with_variables(const EnvPairs& variables, const EnvLookup& inherited) {
   return [&variables, inherited](const std::string& name) -> std::optional<std::string> {
     for (const auto& [k, v] : variables) {
       if (k == name) return v;
@@ -140,7 +140,7 @@ constexpr const char* kRunPathMain =
 
 /// What runs: the program itself (--no_python), or python on the script or module; 127 when it is
 /// not there.
-std::optional<Error> plan_command(const config::LaunchOptions& o, const config::EnvLookup& env, const HostFacts& host,
+std::optional<Error> plan_command(const config::LaunchOptions& o, const EnvLookup& env, const HostFacts& host,
                                   LaunchPlan& plan) {
   const std::string path_env = env("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
   plan.title = o.program;
@@ -205,7 +205,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   if (auto refused = refuse_fanout_settings_without_hosts(o)) return *refused;
   LaunchPlan plan;
   plan.group.variables = config::worker_variables(o);
-  const config::EnvLookup env = with_variables(plan.group.variables, host.env);
+  const EnvLookup env = with_variables(plan.group.variables, host.env);
   if (auto why = plan_command(o, env, host, plan)) return *why;
 
   // GPUs and the number of workers.

@@ -11,7 +11,8 @@
 
 #include "base/error.h"
 #include "config/launch_options.h"
-#include "config/command_line.h"
+#include "base/env.h"
+#include "config/launch_options.h"
 #include "launcher/gpus.h"
 #include "launcher/numa.h"
 #include "launcher/spawn.h"
@@ -26,7 +27,7 @@ std::optional<std::string> installed_torch_version(const std::string& python);
 struct HostFacts {
   GpuInventory gpus;
   int cpu_count = 1;
-  config::EnvLookup env;
+  EnvLookup env;
   std::function<rendezvous::PortResult(const std::string& addr, int port)> reserve_port;
   int physical_cores = 0;  ///< 0: counted from /sys when an accelerate CPU run needs it
   /// The file system as the plan sees it: a PATH lookup as execvp does it, and whether a path exists.

@@ -7,6 +7,7 @@
 #include <boost/asio/ip/address.hpp>
 
 #include "base/posix.h"
+#include "base/printable.h"
 
 namespace dtl::launcher {
 namespace rdzv = dtl::rendezvous;

@@ -7,7 +7,8 @@
 #include <algorithm>
 #include <iostream>
 
-#include "config/text.h"
+#include "base/text.h"
+#include "base/printable.h"
 
 namespace dtl::launcher {
 namespace {
@@ -27,7 +28,7 @@ long fewest_cpus(const std::string& compressed) {
 
 std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std::string>& args,
                                                            const config::LaunchOptions& o,
-                                                           const config::EnvLookup& env, const std::string& self) {
+                                                           const EnvLookup& env, const std::string& self) {
   const std::string named = o.named("launcher", o.launcher);
   auto job = env("SLURM_JOB_ID");
   if (!job) {
@@ -71,7 +72,7 @@ std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std
 }
 
 std::optional<int> start_through_launcher(const std::vector<std::string>& args, const config::LaunchOptions& o,
-                                          const config::EnvLookup& env) {
+                                          const EnvLookup& env) {
   const auto fail = [](const Error& e) {
     std::cerr << error_line(e);
     return e.exit_code;

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "base/error.h"
-#include "config/command_line.h"
+#include "base/env.h"
+#include "config/launch_options.h"
 #include "config/launch_options.h"
 
 namespace dtl::launcher {
@@ -20,13 +21,13 @@ namespace dtl::launcher {
 /// An Error (exit 2) outside an allocation, inside a step, or with --node_rank.
 std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std::string>& args,
                                                            const config::LaunchOptions& o,
-                                                           const config::EnvLookup& env, const std::string& self);
+                                                           const EnvLookup& env, const std::string& self);
 
 /// `--launcher`: `slurm` runs srun in place of this process (srun then owns the terminal, the
 /// signals and the exit code) and returns only on failure, with the exit code after printing why;
 /// `ssh` is the fan-out that --hostfile/--hosts start (std::nullopt: go on), and needs them. Nothing
 /// (std::nullopt) without --launcher, or in a fan-out's agent.
 std::optional<int> start_through_launcher(const std::vector<std::string>& args, const config::LaunchOptions& o,
-                                          const config::EnvLookup& env);
+                                          const EnvLookup& env);
 
 }  // namespace dtl::launcher

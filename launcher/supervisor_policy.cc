@@ -1,6 +1,6 @@
 #include "launcher/supervisor_policy.h"
 
-#include "launcher/failure.h"
+#include "launcher/failure_summary.h"
 
 namespace dtl::launcher {
 

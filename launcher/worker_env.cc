@@ -16,7 +16,7 @@ bool has(const EnvPairs& pairs, std::string_view name) {
 
 }  // namespace
 
-EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const config::EnvLookup& inherited) {
+EnvPairs worker_env(const GroupEnv& g, const WorkerSlot& slot, const EnvLookup& inherited) {
   if (!g.torchrun_contract) {
     EnvPairs env = g.variables;
     if (slot.cuda_visible_devices) env.emplace_back("CUDA_VISIBLE_DEVICES", *slot.cuda_visible_devices);

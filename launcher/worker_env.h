@@ -7,7 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "config/command_line.h"
+#include "base/env.h"
+#include "config/launch_options.h"
 
 namespace dtl::launcher {
 
@@ -48,7 +49,7 @@ struct WorkerSlot {
 /// The variables dtlaunch sets (overriding inherited ones): the group's `variables`, then torchrun's.
 /// OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are only set when neither inherited nor
 /// among the group's variables.
-EnvPairs worker_env(const GroupEnv& group, const WorkerSlot& slot, const config::EnvLookup& inherited);
+EnvPairs worker_env(const GroupEnv& group, const WorkerSlot& slot, const EnvLookup& inherited);
 
 /// The full "KEY=VALUE" environment for execve: `inherited` (environ-style) without the `withheld`
 /// variables (dtlaunch's secrets), with `overlay` on top.

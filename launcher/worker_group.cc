@@ -18,7 +18,7 @@
 
 #include "config/flags.h"
 #include "launcher/console.h"
-#include "launcher/failure.h"
+#include "launcher/failure_summary.h"
 #include "launcher/hang_watcher.h"
 #include "launcher/line_prefixer.h"
 #include "base/posix.h"
@@ -202,7 +202,7 @@ struct WorkerGroup::Impl {
 
     WorkerSlot slot{lr, w->error_file, plan.cuda_visible_devices[lr]};
     SpawnSpec spec{plan.exec_path, substitute_local_rank(plan.argv, lr),
-                   merge_environ(environ, worker_env(group, slot, config::process_env()), withheld), child_fds[0],
+                   merge_environ(environ, worker_env(group, slot, process_env()), withheld), child_fds[0],
                    child_fds[1], child_fds[2]};
     if (!plan.cpus.empty()) spec.cpus = plan.cpus[lr];
     if (const JobCgroup* cgroup = guard.cgroup()) {

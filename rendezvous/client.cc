@@ -257,6 +257,15 @@ Client::~Client() {
 }
 void Client::start() { impl_->start(); }
 void Client::send(const Message& m) { impl_->send(m); }
+std::string Client::local_address() const {
+  boost::system::error_code ec;
+  auto endpoint = impl_->sock.local_endpoint(ec);
+  if (ec) return "";
+  auto address = endpoint.address();
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) return address.to_v6().to_v4().to_string();
+  return address.to_string();
+}
+
 void Client::close() {
   impl_->over = true;
   impl_->cancel();

@@ -38,6 +38,8 @@ class Client {
   void start();
   void send(const Message& m);
   void close();
+  /// This end's address of the connection to the server ("10.0.0.2"), once connected; else "".
+  std::string local_address() const;
   /// Sends `last` (a Leaving), then hangs up; no callback runs after this. Before the join, closes.
   void leave(const Message& last);
   /// Runs `done` (from the event loop) once a leave()'s last frame is out and the server has hung up,

@@ -2,6 +2,7 @@
 
 #include "rendezvous/auth.h"
 #include "rendezvous/printable.h"
+#include "base/printable.h"
 
 namespace dtl::rendezvous {
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "rendezvous/protocol.h"
+#include "base/printable.h"
 
 namespace dtl::rendezvous {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "base/error.h"
+#include "base/printable.h"
 
 namespace dtl::rendezvous {
 

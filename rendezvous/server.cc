@@ -15,6 +15,7 @@
 #include "rendezvous/auth.h"
 #include "rendezvous/peer_log.h"
 #include "rendezvous/printable.h"
+#include "base/printable.h"
 
 namespace dtl::rendezvous {
 namespace asio = boost::asio;

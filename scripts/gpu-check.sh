@@ -11,7 +11,7 @@
 # STEPS        steps of that run; the first 10 are not timed (default 50)
 # PEAK_TFLOPS  the GPU's dense bf16 peak (default: 989 for H100/H200, 312 for A100, else required)
 #
-# On a machine without dtlaunch's libraries (the lent GPU machine: torch, CUDA, CMake, a compiler,
+# On a machine without dtlaunch's libraries (a GPU machine with torch, CUDA, CMake and a compiler,
 # nothing to install from), first run scripts/gpu-prepare.sh where they are, and carry gpu-kit/:
 # its dtlaunch is used and only dtl-train is built here.
 set -euo pipefail

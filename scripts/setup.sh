@@ -15,6 +15,8 @@ packages=(
   slurm-wlm slurm-client munge   # a real Slurm in namespaces (test_slurm.py), scontrol (test_hostlist.py)
   openmpi-bin   # mpirun starting dtlaunch (test_mpirun.py)
   zsh   # the zsh completion's syntax check and completion test (test_completion.py)
+  clang-format   # the style check of the files .clang-format-covered lists (scripts/check-format.sh)
+  elfutils   # eu-stack: a hung native worker's stack (README: Hangs)
   dpkg-dev python3-venv   # the .deb's Depends (dpkg-shlibdeps) and the pip wheel's build (scripts/package.sh)
 )
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets everything up (the oracle venv too: scripts/parity/make_venv.sh), builds, and runs every test: 20 s each of fuzzing the rendezvous frame decoder,
+# Sets everything up (the oracle venv too: scripts/parity/make_venv.sh), checks the style of the files
+# .clang-format-covered lists, builds, and runs every test: 20 s each of fuzzing the rendezvous frame decoder,
 # the c10d store's request decoder and the config loader (clang, libFuzzer), then every unit and end-to-end test through ctest, then, where the CUDA
 # toolkit is installed, a compile-and-link check of dtl-train's NCCL build against the pip torch
 # wheel's libtorch (scripts/build-cuda.sh with CHECK_ONLY=1: no GPU needed; ~1.5 min download of
@@ -13,6 +14,7 @@ scripts/setup.sh
 # tests that need them show as skipped.
 scripts/parity/make_venv.sh ||
   echo "test.sh: no oracle venv: the tests against torchrun 2.x, accelerate, deepspeed and transformers show as skipped"
+scripts/check-format.sh
 scripts/fuzz.sh 20 frame_decoder_fuzz
 scripts/fuzz.sh 20 store_decoder_fuzz
 scripts/fuzz.sh 20 config_file_fuzz

@@ -25,7 +25,8 @@ std::optional<std::string> counted(const std::string& op, const std::string& key
                                    int64_t delta, int64_t& value) {
   int64_t old = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), old);
-  if (ec != std::errc() || end != text.data() + text.size()) return op + " on key '" + key + "', which holds no integer";
+  if (ec != std::errc() || end != text.data() + text.size())
+    return op + " on key '" + key + "', which holds no integer";
   if (__builtin_add_overflow(old, delta, &value)) return op + " on key '" + key + "' overflows";
   return std::nullopt;
 }
@@ -182,7 +183,7 @@ std::optional<std::string> StoreState::handle(ClientId from, Request& r, std::ve
     }
     case Op::check:
       reply(byte(std::all_of(r.keys.begin(), r.keys.end(), [&](const auto& k) { return ready(k); }) ? kReady
-                                                                                                     : kNotReady));
+                                                                                                    : kNotReady));
       return std::nullopt;
     case Op::wait: {
       if (r.keys.size() > limits_.max_wait_keys) {
@@ -228,7 +229,8 @@ std::optional<std::string> StoreState::handle(ClientId from, Request& r, std::ve
       uint64_t size = 8;
       for (const auto& [key, value] : kv_) size += 8 + key.size();
       if (size > limits_.max_reply) {
-        return "list_keys's reply would be " + std::to_string(size) + " bytes, over " + std::to_string(limits_.max_reply);
+        return "list_keys's reply would be " + std::to_string(size) + " bytes, over " +
+               std::to_string(limits_.max_reply);
       }
       std::string s;
       s.reserve(size);

@@ -18,8 +18,8 @@ namespace dtl::store {
 using ClientId = uint64_t;
 
 struct StateLimits {
-  uint64_t max_bytes = 1ull << 30;  ///< keys and values together; past it a write drops its client
-  size_t max_waits_per_client = 64; ///< torch's clients have one; 1.13's after a timeout, a few
+  uint64_t max_bytes = 1ull << 30;   ///< keys and values together; past it a write drops its client
+  size_t max_waits_per_client = 64;  ///< torch's clients have one; 1.13's after a timeout, a few
   /// Keys in one wait: torch waits on a handful; a wait's cost is per key, so a bound keeps one
   /// request from holding the event loop or the memory (131072 keys took 18.9 s once).
   size_t max_wait_keys = 4096;
@@ -59,9 +59,9 @@ class StoreState {
  private:
   struct Wait {
     ClientId client;
-    size_t remaining;                ///< keys not set yet
-    std::vector<std::string> keys;   ///< those it registered on; some may have been woken since
-    uint64_t cost;                   ///< charged to wait_bytes_
+    size_t remaining;               ///< keys not set yet
+    std::vector<std::string> keys;  ///< those it registered on; some may have been woken since
+    uint64_t cost;                  ///< charged to wait_bytes_
   };
   bool ready(const std::string& key) const;
   std::optional<std::string> put(const std::string& key, std::string value);

@@ -50,7 +50,7 @@ struct Prepared {
 };
 
 /// Looks at the machine and plans; a refusal is an Error, printed by the caller.
-std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, const config::EnvLookup& env) {
+std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, const EnvLookup& env) {
   launcher::HostFacts host{
       options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
       posix::cpu_count(), env, [&](const std::string& addr, int port) {
@@ -143,7 +143,7 @@ int run(const Prepared& p, const std::string& node_name, int control_fd, launche
 }
 
 /// `dtlaunch --hostfile ...`: every host's agent over ssh, from here.
-int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args, const config::EnvLookup& env) {
+int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args, const EnvLookup& env) {
   auto inputs = launcher::read_fanout_inputs(o, args, env);
   if (auto* err = std::get_if<Error>(&inputs)) {
     std::cerr << error_line(*err);
@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
     if ((control_fd = become_node()) < 0) return 1;  // the launcher went away, or stopped the job before it began
     args.erase(args.begin());
   }
-  auto env = config::process_env();
+  auto env = process_env();
   setup_logging();
   if (control_fd < 0) {
     if (auto code = commands::run_subcommand(args, env)) return *code;

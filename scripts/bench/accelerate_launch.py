@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`accelerate launch` against `dtlaunch launch`, side by side in one run (issue 11's benchmark):
+"""`accelerate launch` against `dtlaunch launch`, side by side in one run:
   1. launch 4 workers of `true` (--multi_gpu --num_processes 4 --no_python true): wall time, median;
   2. worker failure -> launcher exit: local rank 1 stamps the time and exits 1, the others sleep 30.
 accelerate comes from $ACCELERATE (default /work/venv-accel/bin/accelerate: scripts/parity/make_venv.sh

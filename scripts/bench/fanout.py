@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""ssh fan-out (issue 14): the time from one command to every worker running on N ssh hosts, and
+"""ssh fan-out: the time from one command to every worker running on N ssh hosts, and
 from a Ctrl-C to every host clean, for dtlaunch and a pdsh + torchrun baseline in the same run.
 As root (network namespaces); Python 3 standard library, OpenSSH's server and pdsh.
 

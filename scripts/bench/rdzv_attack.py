@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The rendezvous host under an fd-exhaustion attack (issue 10), for two dtlaunch builds side by side:
+"""The rendezvous host under an fd-exhaustion attack, for two dtlaunch builds side by side:
 the host (prlimit --nofile=1024:4096) gets 1100 stalled connections from 127.0.0.2-9 that never
 send a byte, kept topped up while node 1 joins. Prints, per build: the host's CPU in 2 s of attack,
 node 1's outcome and time, and how long the host takes to exit after node 1; then how long a host

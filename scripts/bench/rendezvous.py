@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Rendezvous completion time versus number of nodes (issue 3), dtlaunch and torchrun's c10d
+"""Rendezvous completion time versus number of nodes, dtlaunch and torchrun's c10d
 rendezvous side by side in one run. Python 3 standard library only.
 
 Usage: scripts/bench/rendezvous.py [--only agents,torchrun,load,loss] [--repeat 3]

@@ -22,6 +22,6 @@ py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 status=0
 "$py" "$here/bench.py" "$@" || status=$?
-# Rendezvous time vs nodes with torchrun's c10d, node loss, server memory (issue 3); not with --only.
+# Rendezvous time vs nodes with torchrun's c10d, node loss, server memory; not with --only.
 case " $* " in *" --only"*) ;; *) "$py" "$here/rendezvous.py" || status=$? ;; esac
 exit $status

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The workers' c10d store (issue 12): dtlaunch's server against torch's own TCPStore servers, side
+"""The workers' c10d store: dtlaunch's server against torch's own TCPStore servers, side
 by side in one run. Python 3 standard library; torch only in the python that serves torch's stores.
 
 Usage: scripts/bench/store.py [--clients 1000,4000,16000] [--only load,init] [--repeat 3] [--load_repeat 1]

@@ -220,13 +220,15 @@ class NetNS(LaunchTest):
     @unittest.skipUnless(have_torch(), "Debian's python3-torch is not installed (scripts/setup.sh installs it)")
     def test_a_pytorch_gloo_allreduce_spans_the_three_namespaces(self):
         script = write_allreduce_script(self.tmp)
-        # Gloo finds its own address through the host name, which is the same in every namespace (and
-        # resolves to 127.0.0.1 here): name the interface, as on any multi-homed cluster node.
-        env = self.env(PYTHON_EXEC="/usr/bin/python3", GLOO_SOCKET_IFNAME="eth0")
+        # Gloo finds its own address through the host name, which is the same in every namespace and
+        # resolves to 127.0.0.1 here; no GLOO_SOCKET_IFNAME is given: each agent names the interface
+        # that reaches the rendezvous (torchrun's workers fail here: connect [127.0.0.1] refused).
+        env = {k: v for k, v in self.env(PYTHON_EXEC="/usr/bin/python3").items() if not k.endswith("_SOCKET_IFNAME")}
         nodes = self.start_all(lambda n: self.static(n, script, env=env))
         results = self.finish_all(nodes, timeout=90)
         for r in results.values():
             self.assertExitCode(r, 0)
+            self.assertIn("the workers' gloo traffic goes through eth0", r.stderr)
         for i, n in enumerate(NODES):
             self.assertIn(f"[default0]:rank={i} world=3 sum=6", results[n].stdout)
 

@@ -1,4 +1,4 @@
-"""The rendezvous host against peers that never prove the token (issue 10, items 3 and 4): stalled
+"""The rendezvous host against peers that never prove the token: stalled
 connections past the fd limit while a correct node joins, console injection through a run id,
 refusals that say nothing about the job, aggregated refusal lines, and an exit that does not wait
 for them."""

@@ -34,7 +34,8 @@ class InstallTest(unittest.TestCase):
 
     def test_each_file_is_in_its_conventional_place(self):
         expected = ["bin/dtlaunch", "share/bash-completion/completions/dtlaunch", "share/doc/dtlaunch/BENCHMARKS.md",
-                    "share/doc/dtlaunch/README.md", "share/man/man1/dtlaunch.1", "share/zsh/vendor-completions/_dtlaunch"]
+                    "share/doc/dtlaunch/LICENSE", "share/doc/dtlaunch/README.md", "share/doc/dtlaunch/copyright",
+                    "share/man/man1/dtlaunch.1", "share/zsh/vendor-completions/_dtlaunch"]
         got = [f for f in self.installed() if f != "bin/dtl-train"]  # the trainer, when the build has it
         self.assertEqual(got, expected)
 

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "base/error.h"
+#include "base/printable.h"
 
 using dtl::printable;
 

@@ -10,7 +10,7 @@
 namespace dtl::test {
 
 /// An environment holding only `vars`.
-inline config::EnvLookup env_of(std::map<std::string, std::string> vars) {
+inline dtl::EnvLookup env_of(std::map<std::string, std::string> vars) {
   return [vars](const std::string& k) -> std::optional<std::string> {
     auto it = vars.find(k);
     if (it == vars.end()) return std::nullopt;

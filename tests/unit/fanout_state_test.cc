@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
 #include <signal.h>
 #include <sys/wait.h>
+#include <catch2/catch.hpp>
 
 #include <optional>
 
@@ -11,14 +11,14 @@ using namespace dtl::launcher::fanout;
 
 namespace {
 
-int exited(int code) { return code << 8; }     // waitpid's status for exit(code)
-int killed_by(int sig) { return sig; }          // and for death by `sig`
+int exited(int code) { return code << 8; }  // waitpid's status for exit(code)
+int killed_by(int sig) { return sig; }      // and for death by `sig`
 
 FanoutState three(bool master_from_first_host = false) {
   std::vector<FanoutState::Host> hosts;
   for (const char* name : {"a", "b", "c"}) {
-    hosts.push_back({name, {{"PET_NODE_RANK", std::string(1, static_cast<char>('0' + hosts.size()))},
-                            {"PET_MASTER_ADDR", "a"}}});
+    hosts.push_back(
+        {name, {{"PET_NODE_RANK", std::string(1, static_cast<char>('0' + hosts.size()))}, {"PET_MASTER_ADDR", "a"}}});
   }
   return FanoutState(std::move(hosts), master_from_first_host, 30, "1.0");
 }
@@ -33,7 +33,9 @@ std::vector<A> all(const FanoutState::Actions& actions) {
 }
 
 template <class A>
-bool has(const FanoutState::Actions& actions) { return !all<A>(actions).empty(); }
+bool has(const FanoutState::Actions& actions) {
+  return !all<A>(actions).empty();
+}
 
 std::optional<int> finish(const FanoutState::Actions& actions) {
   auto f = all<Finish>(actions);
@@ -94,7 +96,8 @@ TEST_CASE("fan-out state: without --master_addr the first host's first address i
   auto a = answer_all(s);
   for (const auto& sent : all<Send>(a)) CHECK(sent.bytes.find("PET_MASTER_ADDR=10.0.0.1") != std::string::npos);
   REQUIRE(all<Info>(a).size() == 1);
-  CHECK(all<Info>(a)[0].text == "the hosts meet at 10.0.0.1 (the first address host a has; --master_addr chooses another)");
+  CHECK(all<Info>(a)[0].text ==
+        "the hosts meet at 10.0.0.1 (the first address host a has; --master_addr chooses another)");
 }
 
 TEST_CASE("fan-out state: a host that is not this dtlaunch fails the preflight, exit 2, nothing sent") {
@@ -118,7 +121,8 @@ TEST_CASE("fan-out state: a host that says something else than hello fails the p
   auto s = three();
   s.on_hello(0, "Welcome to node a");
   auto end = end_all(s, exited(1));
-  CHECK(written(end) == "dtlaunch: error: host a: said Welcome to node a instead of hello (preflight; nothing was started)\n");
+  CHECK(written(end) ==
+        "dtlaunch: error: host a: said Welcome to node a instead of hello (preflight; nothing was started)\n");
   CHECK(finish(end) == 2);
 }
 
@@ -131,8 +135,9 @@ TEST_CASE("fan-out state: a host whose ssh ends unanswered is reported by ssh's 
   CHECK_FALSE(finish(a));
   s.on_error_output(1, "ection refused\r\n\n");
   auto end = end_all(s, killed_by(SIGTERM), 1);
-  CHECK(written(end) ==
-        "dtlaunch: error: host b: ssh: connect to host b port 22: Connection refused (preflight; nothing was started)\n");
+  CHECK(
+      written(end) ==
+      "dtlaunch: error: host b: ssh: connect to host b port 22: Connection refused (preflight; nothing was started)\n");
   CHECK(finish(end) == 2);
 }
 
@@ -148,7 +153,8 @@ TEST_CASE("fan-out state: a last error line without a newline counts once the ou
   s.on_error_output(2, "bash: dtlaunch: command not found");
   s.on_exit(2, exited(127));
   auto end = end_all(s, exited(1), 2);
-  CHECK(written(end) == "dtlaunch: error: host c: bash: dtlaunch: command not found (preflight; nothing was started)\n");
+  CHECK(written(end) ==
+        "dtlaunch: error: host c: bash: dtlaunch: command not found (preflight; nothing was started)\n");
 }
 
 TEST_CASE("fan-out state: a host that ends after its hello, before the job started, fails the preflight") {

@@ -6,7 +6,7 @@
 
 #include "config/command_line.h"
 #include "config/flags.h"
-#include "config/text.h"
+#include "base/text.h"
 
 using namespace dtl::config;
 

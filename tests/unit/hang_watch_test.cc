@@ -78,7 +78,8 @@ TEST_CASE("hang watch: what a stack says a rank does") {
   CHECK(classify({"thread MainThread (7)", "stuck (hang.py:7)", "main (hang.py:12)"}).empty());
   // the main thread speaks for the rank, whatever the others do
   CHECK(classify({"thread pin_memory (8)", "all_reduce (torch/distributed/distributed_c10d.py:1)", "",
-                  "thread MainThread (7)", "stuck (hang.py:7)"}).empty());
+                  "thread MainThread (7)", "stuck (hang.py:7)"})
+            .empty());
   // native frames (eu-stack)
   CHECK(classify({"thread 7", "__futex_abstimed_wait_common", "gloo::transport::tcp::UnboundBuffer::waitRecv"}) ==
         "in a collective");
@@ -86,7 +87,10 @@ TEST_CASE("hang watch: what a stack says a rank does") {
 
 TEST_CASE("hang watch: the suspect is the rank not waiting with the others, a spinning one first") {
   Hang h{12, {}};
-  HungRank waiting{0, 0, 100, 'S', 0, 12, false, "", {"thread MainThread (100)", "all_reduce (torch/distributed/distributed_c10d.py:1)"}, ""};
+  HungRank waiting{0,     0,  100,
+                   'S',   0,  12,
+                   false, "", {"thread MainThread (100)", "all_reduce (torch/distributed/distributed_c10d.py:1)"},
+                   ""};
   HungRank sleeping{1, 1, 101, 'S', 0, 12, false, "", {"thread MainThread (101)", "stuck (hang.py:7)"}, ""};
   h.ranks = {waiting, sleeping};
   auto s = find_suspect(h);
@@ -122,22 +126,31 @@ TEST_CASE("hang watch: py-spy's JSON and eu-stack's lines become stacks") {
   CHECK(*stack == std::vector<std::string>{"thread MainThread", "stuck (hang.py:4)", "<module> (hang.py:9)", "",
                                            "thread Thread-1", "run (/usr/lib/python3.11/threading.py:975)"});
   CHECK_FALSE(parse_py_spy("Error: Permission denied (os error 13)"));
-  CHECK(parse_eu_stack({"PID 7 - process", "TID 7:", "#0  0x00007f0c1b2e5d3a __clock_nanosleep", "#1  0x0000000000401136 main",
-                        "TID 8:", "#0  0x00007f0c1b2e5d3a poll - 1"}) ==
+  CHECK(parse_eu_stack({"PID 7 - process", "TID 7:", "#0  0x00007f0c1b2e5d3a __clock_nanosleep",
+                        "#1  0x0000000000401136 main", "TID 8:", "#0  0x00007f0c1b2e5d3a poll - 1"}) ==
         std::vector<std::string>{"thread 1", "__clock_nanosleep", "main", "", "thread 2", "poll - 1"});
 }
 
 TEST_CASE("hang watch: the report groups ranks with one stack and ends with the verdict") {
   Hang h{12, {}};
-  const std::vector<std::string> in_all_reduce{"thread MainThread (1)", "all_reduce (torch/distributed/distributed_c10d.py:2950)",
-                                               "main (hang.py:12)"};
+  const std::vector<std::string> in_all_reduce{
+      "thread MainThread (1)", "all_reduce (torch/distributed/distributed_c10d.py:2950)", "main (hang.py:12)"};
   for (int r : {0, 2, 3}) h.ranks.push_back({r, r, 100 + r, 'S', 0.0, 12, false, "", in_all_reduce, ""});
-  h.ranks.insert(h.ranks.begin() + 1, HungRank{1, 1, 101, 'S', 0.0, 12, false, "", {"thread MainThread (101)", "stuck (hang.py:7)", "main (hang.py:11)"}, ""});
+  h.ranks.insert(h.ranks.begin() + 1, HungRank{1,
+                                               1,
+                                               101,
+                                               'S',
+                                               0.0,
+                                               12,
+                                               false,
+                                               "",
+                                               {"thread MainThread (101)", "stuck (hang.py:7)", "main (hang.py:11)"},
+                                               ""});
   const auto suspect = find_suspect(h);
   const auto text = hang_report(h, suspect, "node-a", "py-spy", 10);
   CHECK(text.starts_with("dtlaunch: hang: no rank printed for 12 s (--hang_timeout=10), and no rank made progress\n"));
-  CHECK(text.find("  ranks 0,2-3:\n    thread MainThread (1)\n      all_reduce (torch/distributed/distributed_c10d.py:2950)\n") !=
-        std::string::npos);
+  CHECK(text.find("  ranks 0,2-3:\n    thread MainThread (1)\n      all_reduce "
+                  "(torch/distributed/distributed_c10d.py:2950)\n") != std::string::npos);
   CHECK(text.find("  rank 1:\n    thread MainThread (101)\n      stuck (hang.py:7)\n") != std::string::npos);
   CHECK(text.ends_with("dtlaunch: suspect rank 1 on node-a (pid 101): stuck (hang.py:7)\n"));
   const auto json = hang_report_json(h, suspect, "node-a", "py-spy", 10);

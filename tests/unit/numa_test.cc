@@ -156,7 +156,7 @@ namespace {
 /// make_plan over the fake /sys with 4 NVML GPUs at kGpus' addresses.
 std::variant<LaunchPlan, Error> plan_with(const FakeSysfs& sys, std::vector<std::string> args,
                                           std::string source = "nvml") {
-  config::EnvLookup env = [](const std::string& k) -> std::optional<std::string> {
+  dtl::EnvLookup env = [](const std::string& k) -> std::optional<std::string> {
     if (k == "PATH") return "/usr/bin:/bin";
     return std::nullopt;
   };

@@ -15,7 +15,7 @@ struct Fixture {
   GpuInventory gpus{{}, "none"};
   std::vector<std::pair<std::string, int>> reserved;
 
-  config::EnvLookup lookup() {
+  dtl::EnvLookup lookup() {
     return [this](const std::string& k) -> std::optional<std::string> {
       auto it = env.find(k);
       if (it == env.end()) return std::nullopt;

@@ -1,4 +1,5 @@
 #include "rendezvous/printable.h"
+#include "base/printable.h"
 
 #include <catch2/catch.hpp>
 

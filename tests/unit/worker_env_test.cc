@@ -11,7 +11,7 @@ namespace {
 
 std::map<std::string, std::string> as_map(const EnvPairs& pairs) { return {pairs.begin(), pairs.end()}; }
 
-dtl::config::EnvLookup none() {
+dtl::EnvLookup none() {
   return [](const std::string&) { return std::optional<std::string>(); };
 }
 

@@ -1,4 +1,4 @@
-#include "launcher/failure.h"
+#include "launcher/failure_summary.h"
 
 #include <sys/wait.h>
 
@@ -10,7 +10,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "config/text.h"
+#include "base/text.h"
 
 namespace dtl::launcher {
 namespace {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "launcher/failure.h"
+#include "launcher/failure_summary.h"
 
 using namespace dtl::launcher;
 using namespace std::chrono;
