@@ -74,4 +74,18 @@ inline std::string replace_all(std::string s, const std::string& from, const std
   return s;
 }
 
+/// Sorted numbers as a list of ranges, as the kernel writes CPU lists: {0, 1, 2, 4, 6, 7} is "0-2,4,6-7".
+inline std::string ranges(const std::vector<int>& sorted) {
+  std::string out;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(sorted[i]);
+    if (j > i) out += "-" + std::to_string(sorted[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
 }  // namespace dtl::text

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "base/text.h"
+
 namespace dtl::launcher {
 
 namespace {
@@ -54,16 +56,7 @@ std::string json_string(const std::string& s) {
 /// "0-3,5" for ranks 0, 1, 2, 3 and 5.
 std::string ranges(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
-  std::string out;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    out += std::to_string(ranks[i]);
-    if (j > i) out += "-" + std::to_string(ranks[j]);
-    i = j + 1;
-  }
-  return out;
+  return text::ranges(ranks);
 }
 
 }  // namespace

@@ -198,18 +198,7 @@ std::optional<CpuSet> parse_cpu_list(std::string_view text) {
   return cpus;
 }
 
-std::string format_cpu_list(const CpuSet& cpus) {
-  std::string out;
-  for (size_t i = 0; i < cpus.size();) {
-    size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    out += std::to_string(cpus[i]);
-    if (j > i) out += "-" + std::to_string(cpus[j]);
-    i = j + 1;
-  }
-  return out;
-}
+std::string format_cpu_list(const CpuSet& cpus) { return text::ranges(cpus); }
 
 std::string sysfs_pci_address(unsigned domain, unsigned bus, unsigned device) {
   char out[32];
