@@ -8,6 +8,7 @@ const std::vector<Subcommand>& subcommands() {
        "default show validate"},
       {"env", run_env, "versions, OS, GPUs and the settings in effect, for a bug report", ""},
       {"rdzv-server", run_rdzv_server, "run a multi-node job's rendezvous on its own", ""},
+      {"stacks", run_stacks, "print every rank's stack of a job running here, now; the job goes on", ""},
       {"completion", run_completion, "print shell completion (bash, zsh) or the man page (man)", "bash zsh man"},
   };
   return kSubcommands;

@@ -35,6 +35,9 @@ int run_env(const std::vector<std::string>& args, const EnvLookup& env);
 /// the job's exit code (2 for bad arguments).
 int run_rdzv_server(const std::vector<std::string>& args, const EnvLookup& env);
 
+/// `dtlaunch stacks [PID]`: every rank's stack of a running job of this user on this machine.
+int run_stacks(const std::vector<std::string>& args, const EnvLookup& env);
+
 /// `dtlaunch completion bash|zsh|man`: shell completion or the man page, from the flag table.
 int run_completion(const std::vector<std::string>& args, const EnvLookup& env);
 

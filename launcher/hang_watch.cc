@@ -188,16 +188,8 @@ std::vector<std::string> parse_eu_stack(const std::vector<std::string>& lines) {
   return out;
 }
 
-std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
-                        const std::string& how, double timeout_s) {
-  std::vector<int> busy;
-  for (const auto& r : hang.ranks) {
-    if (r.busy) busy.push_back(r.rank);
-  }
-  std::string out = fmt::format(
-      "dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n", hang.silent_s, timeout_s,
-      busy.empty() ? std::string("no rank made progress")
-                   : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) + " ran while the others waited");
+std::string stacks_text(const Hang& hang, const std::string& host, const std::string& how) {
+  std::string out;
   out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6} {:>8}  {}\n", "rank", "host", "pid", "state", "cpu%", "silent",
                      "doing");
   for (const auto& r : hang.ranks) {
@@ -226,6 +218,20 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
   for (const auto& [text, ranks] : blocks) {
     out += (ranks.size() == 1 ? "  rank " : "  ranks ") + ranges(ranks) + ":\n" + text;
   }
+  return out;
+}
+
+std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
+                        const std::string& how, double timeout_s) {
+  std::vector<int> busy;
+  for (const auto& r : hang.ranks) {
+    if (r.busy) busy.push_back(r.rank);
+  }
+  std::string out = fmt::format(
+      "dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n", hang.silent_s, timeout_s,
+      busy.empty() ? std::string("no rank made progress")
+                   : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) + " ran while the others waited");
+  out += stacks_text(hang, host, how);
   if (suspect) {
     const auto& r = hang.ranks[*suspect];
     const auto frames = main_thread(r.stack);

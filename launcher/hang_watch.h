@@ -85,6 +85,10 @@ std::optional<std::vector<std::string>> parse_py_spy(const std::string& json);
 /// eu-stack's output the same way ("#0  0x... function" lines), threads named 1, 2, ... in order.
 std::vector<std::string> parse_eu_stack(const std::vector<std::string>& lines);
 
+/// The table and every rank's stack (ranks with the same stack as one block), as both reports
+/// have them; `dtlaunch stacks` prints it under its own headline.
+std::string stacks_text(const Hang& hang, const std::string& host, const std::string& how);
+
 /// The report for the console: a headline, the table, every rank's stack (ranks with the same stack
 /// as one block) and the verdict. `how`: which tool read the stacks.
 std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const std::string& host,

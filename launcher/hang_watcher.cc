@@ -1,5 +1,6 @@
 #include "launcher/hang_watcher.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -8,7 +9,10 @@
 #include <sstream>
 
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
 #include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
 
 #include "base/posix.h"
 #include "config/files.h"
@@ -17,6 +21,7 @@
 #include "launcher/log_layout.h"
 #include "launcher/plan.h"
 #include "launcher/spawn.h"
+#include "launcher/stacks_socket.h"
 
 namespace dtl::launcher {
 namespace asio = boost::asio;
@@ -120,11 +125,79 @@ HangWatcher::HangWatcher(asio::io_context& io, Console& console, const LaunchPla
       fail_(std::move(fail)),
       timer_(io),
       watch_(std::chrono::milliseconds(static_cast<long>(plan.hang_timeout_s * 1000))),
-      alive_(std::make_shared<bool>(true)) {}
+      acceptor_(io),
+      alive_(std::make_shared<bool>(true)) {
+  listen();
+}
 
 HangWatcher::~HangWatcher() {
   *alive_ = false;
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  if (!socket_path_.empty()) ::unlink(socket_path_.c_str());
   if (reader_.joinable()) reader_.join();  // at most kStackTimeout: its handler never runs now
+}
+
+void HangWatcher::listen() {
+  const std::string dir = stacks_dir(true);
+  if (dir.empty()) return;  // `dtlaunch stacks` will say no job runs here
+  const std::string path = dir + "/" + std::to_string(::getpid()) + ".sock";
+  ::unlink(path.c_str());  // a SIGKILLed dtlaunch's of the same pid
+  boost::system::error_code ec;
+  acceptor_.open(asio::local::stream_protocol(), ec);
+  if (!ec) ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
+  if (!ec) acceptor_.bind(asio::local::stream_protocol::endpoint(path), ec);
+  if (!ec) acceptor_.listen(8, ec);
+  if (ec) {
+    spdlog::debug("no socket for `dtlaunch stacks` at {}: {}", path, ec.message());
+    acceptor_.close(ec);
+    return;
+  }
+  socket_path_ = path;
+  accept();
+}
+
+void HangWatcher::accept() {
+  auto peer = std::make_shared<asio::local::stream_protocol::socket>(io_);
+  acceptor_.async_accept(*peer, [this, peer](const boost::system::error_code& ec) {
+    if (ec == asio::error::operation_aborted) return;
+    if (!ec) {
+      ::fcntl(peer->native_handle(), F_SETFD, FD_CLOEXEC);
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      // Only the job's own user, or root, may read its stacks (the folder is the user's alone too).
+      if (getsockopt(peer->native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+          (cred.uid == getuid() || cred.uid == 0)) {
+        answer(peer);
+      }
+    }
+    accept();
+  });
+}
+
+void HangWatcher::answer(std::shared_ptr<asio::local::stream_protocol::socket> peer) {
+  const auto reply = [peer](std::string text) {
+    auto kept = std::make_shared<std::string>(std::move(text));
+    asio::async_write(*peer, asio::buffer(*kept), [peer, kept](const boost::system::error_code&, size_t) {});
+  };
+  if (reading_) return reply("dtlaunch: the stacks are being read for a hang's report: ask again in a moment\n");
+  Hang now;
+  for (const auto& p : probes_()) {
+    const auto usage = proc_usage(p.pid);
+    HungRank r;
+    r.rank = p.rank;
+    r.local_rank = p.local_rank;
+    r.pid = p.pid;
+    r.state = usage.state;
+    r.silent_s = std::chrono::duration<double>(HangClock::now() - p.last_output).count();
+    now.ranks.push_back(std::move(r));
+  }
+  if (now.ranks.empty()) return reply("dtlaunch: no rank runs now\n");
+  read_stacks(std::move(now), false, [this, reply](Hang hang) {
+    find_suspect(hang);  // fills what each rank is doing
+    reply("dtlaunch: the stacks of " + std::to_string(hang.ranks.size()) + " ranks on " + posix::host_name() +
+          " (pid " + std::to_string(::getpid()) + "):\n" + stacks_text(hang, posix::host_name(), how()));
+  });
 }
 
 void HangWatcher::start(int attempt) {
@@ -152,34 +225,40 @@ void HangWatcher::tick() {
       const auto usage = proc_usage(p.pid);
       samples.push_back({p.rank, p.local_rank, p.pid, usage.state, usage.cpu_s, p.last_output});
     }
-    if (auto hang = watch_.on_sample(HangClock::now(), samples); hang && !reading_)
-      read_stacks(std::move(*hang), probes);
+    if (auto hang = watch_.on_sample(HangClock::now(), samples); hang && !reading_) {
+      read_stacks(std::move(*hang), true, [this, probes](Hang read) { report(std::move(read), probes); });
+    }
     tick();
   });
 }
 
-void HangWatcher::read_stacks(Hang hang, std::vector<Probe> probes) {
+void HangWatcher::read_stacks(Hang hang, bool current, std::function<void(Hang)> done) {
   reading_ = true;
   if (!stack_reader_) stack_reader_ = find_stack_reader(plan_);
   if (reader_.joinable()) reader_.join();
-  reader_ = std::jthread([this, hang = std::move(hang), probes = std::move(probes), alive = alive_,
+  reader_ = std::jthread([this, hang = std::move(hang), done = std::move(done), alive = alive_, current,
                           generation = generation_, reader = *stack_reader_, python = plan_.python_workers]() mutable {
     std::vector<std::future<std::pair<std::vector<std::string>, std::string>>> reads;
     for (const auto& r : hang.ranks) reads.push_back(std::async(std::launch::async, stack_of, reader, python, r.pid));
     for (size_t i = 0; i < reads.size(); ++i) std::tie(hang.ranks[i].stack, hang.ranks[i].stack_error) = reads[i].get();
     if (!*alive) return;
-    asio::post(io_, [this, hang = std::move(hang), probes = std::move(probes), alive, generation]() mutable {
+    asio::post(io_, [this, hang = std::move(hang), done = std::move(done), alive, current, generation]() mutable {
       if (!*alive) return;
       reading_ = false;
-      if (generation == generation_) report(std::move(hang), probes);
+      if (!current || generation == generation_) done(std::move(hang));
     });
   });
+}
+
+std::string HangWatcher::how() const {
+  if (!stack_reader_ || stack_reader_->empty()) return "none";
+  return plan_.python_workers ? "py-spy" : "eu-stack";
 }
 
 void HangWatcher::report(Hang hang, const std::vector<Probe>& probes) {
   const auto suspect = find_suspect(hang);
   const std::string host = posix::host_name();
-  const std::string how = stack_reader_->empty() ? "none" : plan_.python_workers ? "py-spy" : "eu-stack";
+  const std::string how = this->how();
   console_.write(2, hang_report(hang, suspect, host, how, plan_.hang_timeout_s));
   const auto file =
       logs_.path() / ("attempt_" + std::to_string(attempt_)) / ("hang_" + std::to_string(++reports_) + ".json");

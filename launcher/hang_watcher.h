@@ -3,6 +3,7 @@
 // output; once the job counts as hung it reads every rank's stack (py-spy for Python, eu-stack for
 // others) on a thread of its own, so supervision goes on meanwhile, then prints the report, writes
 // it as JSON into the run's log folder, and with --on_hang=fail hands the suspect's failure back.
+// It also answers `dtlaunch stacks` (launcher/stacks_socket.h) with every rank's stack now.
 #pragma once
 
 #include <sys/types.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "base/failure.h"
@@ -48,8 +50,14 @@ class HangWatcher {
 
  private:
   void tick();
-  void read_stacks(Hang hang, std::vector<Probe> probes);
+  /// Reads every rank's stack into `hang` on the reader thread, then runs `done` on the event loop
+  /// (not after stop() or a new attempt, when `current` is set).
+  void read_stacks(Hang hang, bool current, std::function<void(Hang)> done);
   void report(Hang hang, const std::vector<Probe>& probes);
+  std::string how() const;  ///< which tool reads the stacks
+  void listen();
+  void accept();
+  void answer(std::shared_ptr<boost::asio::local::stream_protocol::socket> peer);
 
   boost::asio::io_context& io_;
   Console& console_;
@@ -66,6 +74,8 @@ class HangWatcher {
   bool wrote_report_ = false;
   unsigned generation_ = 0;                  ///< a stack reading from an earlier attempt is dropped
   std::optional<std::string> stack_reader_;  ///< found at the first hang; "" when there is none
+  boost::asio::local::stream_protocol::acceptor acceptor_;
+  std::string socket_path_;  ///< `dtlaunch stacks`'s way in; "" when it could not be made
   std::shared_ptr<bool> alive_;
   std::jthread reader_;
 };

@@ -108,12 +108,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     net::close_on_exec(acceptor.native_handle());
     acceptor.set_option(tcp::acceptor::reuse_address(true));
     acceptor.bind(ep, ec);
+    // With SO_REUSEADDR two agents that bind at once both succeed, and the one to listen second is
+    // refused there: the port is taken either way (another agent of this machine hosts).
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
     if (ec == asio::error::address_in_use) {
       throw PortInUse("the rendezvous port " + std::to_string(opts.port) + " is already in use on " +
                       (opts.host.empty() ? "this machine" : opts.host));
     }
     if (ec) throw std::runtime_error("cannot listen on " + opts.host + ":" + std::to_string(opts.port) + ": " + ec.message());
-    acceptor.listen(asio::socket_base::max_listen_connections);
     if (opts.credentials.token.empty()) {
       spdlog::warn("rendezvous: no {}: any host that reaches this port can join", opts.credentials.token_name);
     }

@@ -5,9 +5,10 @@ finds it, reads every rank's stack with py-spy, names the suspect, and --on_hang
 import glob
 import json
 import os
+import subprocess
 import unittest
 
-from common import DTLAUNCH, LaunchTest, free_port, main
+from common import DTLAUNCH, LaunchTest, Running, free_port, main
 
 VENV = os.environ.get("DTL_ACCELERATE_VENV", os.path.expanduser("~/.cache/dtlaunch/venv-accelerate"))
 PYTHON = os.path.join(VENV, "bin", "python")
@@ -132,6 +133,32 @@ class Hangs(LaunchTest):
         self.assertExitCode(r, 0)
         self.assertNotIn("hang", r.stderr)
         self.assertEqual(self.reports(), [])
+
+    def test_dtlaunch_stacks_prints_every_rank_s_stack_now_and_the_job_goes_on(self):
+        # A folder of this test's own for the jobs' sockets: no other test's job is seen here.
+        runtime = os.path.join(self.tmp, "run")
+        os.mkdir(runtime, 0o700)
+        env = self.env(PYTHON_EXEC=PYTHON, OMP_NUM_THREADS="1", STUCK_S="8", XDG_RUNTIME_DIR=runtime)
+        job = Running([DTLAUNCH, "--nproc_per_node=2", "--master_port", str(free_port()), self.script, "sleep"], env)
+        job.wait_for(r"ready rank 1")
+        r = subprocess.run([DTLAUNCH, "stacks"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertExitCode(r, 0)
+        self.assertIn(f"dtlaunch: the stacks of 2 ranks on ", r.stdout)
+        self.assertIn(f"(pid {job.proc.pid}):", r.stdout)
+        self.assertRegex(r.stdout, r"  rank 0:\n    thread MainThread\n      all_reduce \(")
+        self.assertRegex(r.stdout, r"  rank 1:\n    thread MainThread\n      stuck \(hang\.py:\d+\)")
+        # by pid too; a pid that is no job of this user's is refused
+        self.assertExitCode(subprocess.run([DTLAUNCH, "stacks", str(job.proc.pid)], env=env, capture_output=True,
+                                           text=True, timeout=60), 0)
+        other = subprocess.run([DTLAUNCH, "stacks", "1"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(other.returncode, 1)
+        self.assertEqual(other.stderr, "dtlaunch stacks: error: no dtlaunch job of yours with pid 1 on this machine\n")
+        done = job.finish(timeout=120)
+        self.assertExitCode(done, 0)
+        self.assertEqual(os.listdir(os.path.join(runtime, "dtlaunch")), [])  # the socket went with the job
+        none = subprocess.run([DTLAUNCH, "stacks"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(none.returncode, 1)
+        self.assertEqual(none.stderr, "dtlaunch stacks: error: no dtlaunch job of yours runs on this machine\n")
 
     def test_hang_timeout_0_turns_the_watch_off(self):
         r = self.run_job("sleep", "--hang_timeout=0", "--on_hang=fail", STUCK_S="8")
