@@ -19,8 +19,8 @@ namespace dtl::launcher {
 
 std::string stacks_dir(bool create) {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  const std::string dir = runtime && *runtime ? std::string(runtime) + "/dtlaunch"
-                                              : "/tmp/dtlaunch-" + std::to_string(getuid());
+  const std::string dir =
+      runtime && *runtime ? std::string(runtime) + "/dtlaunch" : "/tmp/dtlaunch-" + std::to_string(getuid());
   if (create && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return "";
   struct stat st {};
   // Another user's folder of that name (in /tmp anyone may make one) is never used.
@@ -60,8 +60,8 @@ int print_stacks(const std::optional<pid_t>& pid) {
   if (jobs.size() > 1) {
     std::string pids;
     for (const auto& j : jobs) pids += " " + std::to_string(j.pid);
-    std::cerr << error_line(Error{std::to_string(jobs.size()) + " dtlaunch jobs of yours run here: name one by its pid (" +
-                                      pids.substr(1) + ")",
+    std::cerr << error_line(Error{std::to_string(jobs.size()) +
+                                      " dtlaunch jobs of yours run here: name one by its pid (" + pids.substr(1) + ")",
                                   2},
                             "dtlaunch stacks");
     return 2;
@@ -71,15 +71,17 @@ int print_stacks(const std::optional<pid_t>& pid) {
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, jobs[0].socket.c_str(), sizeof addr.sun_path - 1);
   if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    std::cerr << error_line(Error{"cannot reach the job of pid " + std::to_string(jobs[0].pid) + ": " + std::strerror(errno), 1},
-                            "dtlaunch stacks");
+    std::cerr << error_line(
+        Error{"cannot reach the job of pid " + std::to_string(jobs[0].pid) + ": " + std::strerror(errno), 1},
+        "dtlaunch stacks");
     if (fd >= 0) ::close(fd);
     return 1;
   }
   auto got = posix::read_all(fd, 64 << 20);
   ::close(fd);
   if (got.text.empty()) {
-    std::cerr << error_line(Error{"the job of pid " + std::to_string(jobs[0].pid) + " did not answer", 1}, "dtlaunch stacks");
+    std::cerr << error_line(Error{"the job of pid " + std::to_string(jobs[0].pid) + " did not answer", 1},
+                            "dtlaunch stacks");
     return 1;
   }
   std::cout << got.text << std::flush;

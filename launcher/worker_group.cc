@@ -8,8 +8,10 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -19,8 +21,10 @@
 #include "config/flags.h"
 #include "launcher/console.h"
 #include "launcher/failure_summary.h"
+#include "launcher/file_timers.h"
 #include "launcher/hang_watcher.h"
 #include "launcher/line_prefixer.h"
+#include "launcher/orphan_guard.h"
 #include "base/posix.h"
 #include "launcher/spawn.h"
 #include "launcher/worker_env.h"
@@ -44,6 +48,14 @@ std::vector<pid_t> child_processes() {
   std::ifstream in("/proc/self/task/" + std::to_string(getpid()) + "/children");
   for (pid_t pid; in >> pid;) pids.push_back(pid);
   return pids;
+}
+
+/// The session of `pid`, from /proc; nullopt when it is gone.
+std::optional<pid_t> session_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  return stat_session(stat);
 }
 
 int open_log(const std::filesystem::path& path) {
@@ -116,6 +128,8 @@ struct WorkerGroup::Impl {
   asio::steady_timer stop_timer;
   asio::steady_timer drain_timer;
   HangWatcher watcher;
+  std::unique_ptr<FileTimerServer> timers;  ///< with TORCHELASTIC_ENABLE_FILE_TIMER=1
+  std::map<pid_t, std::string> expired_timers;  ///< a worker signalled for its timers: what to report
 
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::unique_ptr<Worker>> retired;  ///< earlier attempts' with handlers still queued
@@ -132,7 +146,8 @@ struct WorkerGroup::Impl {
 
   // ---- starting ----
 
-  void start(const GroupEnv& group) {
+  void start(const GroupEnv& given) {
+    GroupEnv group = given;
     phase = Phase::running;
     drain_armed = false;
     start_failed = false;
@@ -152,6 +167,7 @@ struct WorkerGroup::Impl {
       const auto attempt_dir = logs.rank_dir(group.restart_count, 0).parent_path();
       if (!plan.stdout_filters.empty()) filtered_fds[1] = open_log(attempt_dir / "filtered_stdout.log");
       if (!plan.stderr_filters.empty()) filtered_fds[2] = open_log(attempt_dir / "filtered_stderr.log");
+      serve_timers(group);
       for (int lr = 0; lr < plan.nproc; ++lr) workers.push_back(start_worker(group, lr, devnull));
     } catch (const std::exception& e) {
       spdlog::error("cannot start worker {}: {}", workers.size(), e.what());
@@ -161,6 +177,35 @@ struct WorkerGroup::Impl {
     if (devnull >= 0) ::close(devnull);
     if (phase == Phase::running) watcher.start(group.restart_count);
     maybe_finish();
+  }
+
+  /// torchrun's FileTimerServer (launcher/file_timers.h), from the first attempt on.
+  void serve_timers(GroupEnv& group) {
+    const char* enabled = std::getenv("TORCHELASTIC_ENABLE_FILE_TIMER");
+    if (!enabled || std::string(enabled) != "1") return;
+    const char* given = std::getenv("TORCHELASTIC_TIMER_FILE");
+    if (!timers) {
+      const std::string path = given ? given : (logs.path() / "watchdog_timer").string();
+      timers = std::make_unique<FileTimerServer>(
+          io, path, [this](pid_t pid, int sig, const std::vector<std::string>& scopes) { return fire(pid, sig, scopes); });
+      spdlog::info("serving the workers' expiration timers at {}", path);
+    }
+    if (!given) group.variables.emplace_back("TORCHELASTIC_TIMER_FILE", timers->path());
+  }
+
+  /// An expired timer of `pid`: signalled when it is a running worker, or a process in one's session.
+  bool fire(pid_t pid, int sig, const std::vector<std::string>& scopes) {
+    for (auto& w : workers) {
+      if (!w->running || (w->pid != pid && session_of(pid) != w->pid)) continue;
+      std::string names;
+      for (const auto& s : scopes) names += (names.empty() ? "" : ", ") + s;
+      spdlog::warn("expiration timer {} of rank {} (pid {}) expired: sending {}", names, w->rank, pid,
+                   signal_name(sig));
+      if (pid == w->pid) expired_timers[pid] = "expired timer " + names + " (FileTimerClient): " + signal_name(sig) + " sent";
+      ::kill(pid, sig);
+      return true;
+    }
+    return false;
   }
 
   std::vector<HangWatcher::Probe> probes() const {
@@ -353,7 +398,11 @@ struct WorkerGroup::Impl {
         bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && !w->signalled && phase == Phase::running) {
           failures.push_back(describe_failure(w->local_rank, w->rank, pid, status, now, w->error_file));
+          if (auto t = expired_timers.find(pid); t != expired_timers.end() && failures.back().error_file == "<N/A>") {
+            failures.back().message = t->second;
+          }
         }
+        expired_timers.erase(pid);
       }
     }
     if (phase == Phase::running && !failures.empty()) {
