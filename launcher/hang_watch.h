@@ -37,7 +37,7 @@ struct HungRank {
   char state = 'S';
   double cpu_percent = 0;          ///< over the watch's window
   double silent_s = 0;             ///< since its last output
-  bool busy = false;               ///< it used a CPU for most of the window
+  bool busy = false;               ///< it used at least a fifth of a CPU over the window
   std::string doing;               ///< what its stack says (classify), or "running" / "blocked" from /proc
   std::vector<std::string> stack;  ///< "function (file:line)", innermost first, threads apart by ""
   std::string stack_error;         ///< why there is no stack

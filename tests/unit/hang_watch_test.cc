@@ -29,6 +29,11 @@ TEST_CASE("hang watch: ranks that compute silently are never hung") {
   CHECK(watch(w, 0, 60, 1.0, 0.9).empty());
 }
 
+TEST_CASE("hang watch: ranks computing on a machine shared three ways are still busy") {
+  HangWatch w(10s);
+  CHECK(watch(w, 0, 60, 0.33, 0.3).empty());
+}
+
 TEST_CASE("hang watch: no rank printing and none making progress is a hang, reported once") {
   HangWatch w(10s);
   auto hangs = watch(w, 0, 40, 0.0, 0.0);
