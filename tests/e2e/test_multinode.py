@@ -87,6 +87,22 @@ class MultiNode(LaunchTest):
         self.assertExitCode(r, 1)
         self.assertRegex(r.stderr, r"the job failed: [^\n]*left: it received SIGTERM\n")
 
+    def test_a_hosting_node_stopped_past_the_heartbeat_limit_does_not_blame_the_server_it_hosts(self):
+        nodes = [self.static(r, 2, *self.worker("pause")) for r in range(2)]
+        for n in nodes:
+            n.wait_for(r"ready rank")
+        nodes[0].proc.send_signal(signal.SIGSTOP)  # the agent only: its workers run on
+        time.sleep(3)  # past keep_alive_interval 0.5 s x keep_alive_max_attempt 3
+        nodes[0].proc.send_signal(signal.SIGCONT)
+        r1 = nodes[1].finish(timeout=20)
+        r0 = nodes[0].finish(timeout=20)
+        self.assertExitCode(r1, 1)
+        self.assertIn("lost the rendezvous server: silent for", r1.stderr)  # true, from node 1
+        self.assertNotEqual(r0.returncode, 0)
+        # node 0 hosts the server: its silence was its own pause, not a lost server
+        self.assertNotIn("lost the rendezvous server", r0.stderr)
+        self.assert_no_leftovers(timeout=10)
+
     def test_a_wrong_token_is_refused_and_never_joins(self):
         env_good = self.env(DTLAUNCH_RDZV_TOKEN="s3cret")
         env_bad = self.env(DTLAUNCH_RDZV_TOKEN="guess")
