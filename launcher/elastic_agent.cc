@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <random>
 
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
@@ -132,6 +133,9 @@ class ElasticAgent final : public Runner {
       if (name == "GLOO_SOCKET_IFNAME") return env;
     }
     const std::string address = client ? client->local_address() : "";
+    // Reached through loopback, every node is on this machine, where gloo's own choice works.
+    boost::system::error_code ec;
+    if (address.empty() || boost::asio::ip::make_address(address, ec).is_loopback() || ec) return env;
     const std::string interface = posix::interface_of(address);
     if (interface.empty()) return env;
     env.variables.emplace_back("GLOO_SOCKET_IFNAME", interface);
