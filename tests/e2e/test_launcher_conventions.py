@@ -22,8 +22,10 @@ p.add_argument("--foo")
 a = p.parse_args()
 keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE", "CUDA_VISIBLE_DEVICES",
         "PYTORCH_NVML_BASED_CUDA_CHECK")
-print("GOT " + json.dumps({"argv": sys.argv[1:], "local_rank": a.local_rank, "foo": a.foo,
-                          "env": {k: os.environ.get(k) for k in keys}}, sort_keys=True), flush=True)
+# One write of the whole line: under `python -u` (the real launchers' workers) print() writes the text
+# and its newline apart, and two ranks' lines could interleave on the shared stdout.
+os.write(1, ("GOT " + json.dumps({"argv": sys.argv[1:], "local_rank": a.local_rank, "foo": a.foo,
+                                  "env": {k: os.environ.get(k) for k in keys}}, sort_keys=True) + "\\n").encode())
 """
 
 
