@@ -35,9 +35,10 @@ constexpr int kTimers = 3;  ///< fanout::Timer's values
 
 /// One host's ssh: its pipes, its output as whole lines with the host in front, and its pid.
 struct Node {
-  Node(asio::io_context& io, const NodeStart& s)
-      : start(s), in(io), out(io), err(io), out_lines(s.host + ": "), err_lines(s.host + ": ") {}
+  Node(asio::io_context& io, const NodeStart& s, size_t index)
+      : start(s), index(index), in(io), out(io), err(io), out_lines(s.host + ": "), err_lines(s.host + ": ") {}
   const NodeStart& start;
+  const size_t index;  ///< its place in the plan, which FanoutState's events name
   pid_t pid = -1;
   bool reaped = false;
   asio::posix::stream_descriptor in, out, err;
@@ -63,7 +64,7 @@ class Fanout {
     signals_.add(SIGCHLD);
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) signals_.add(sig);
     wait_signal();
-    for (const auto& s : plan_.nodes) nodes_.push_back(std::make_unique<Node>(io_, s));
+    for (const auto& s : plan_.nodes) nodes_.push_back(std::make_unique<Node>(io_, s, nodes_.size()));
     for (auto& n : nodes_) start(*n);
     apply(state_.start());
     io_.run();
@@ -102,13 +103,6 @@ class Fanout {
     read(n, n.err, n.err_buf, 2);
   }
 
-  size_t index(const Node& n) const {
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      if (nodes_[i].get() == &n) return i;
-    }
-    return 0;
-  }
-
   void read(Node& n, asio::posix::stream_descriptor& pipe, std::array<char, 16384>& buf, int fd) {
     pipe.async_read_some(asio::buffer(buf),
                          [this, &n, &pipe, &buf, fd](const boost::system::error_code& ec, size_t got) {
@@ -116,7 +110,7 @@ class Fanout {
                            std::string_view chunk(buf.data(), got);
                            std::string after_hello;  // only until the hello: the output after it is not copied
                            if (fd == 1 && !n.hello_read) chunk = after_hello = hello(n, chunk);
-                           if (fd == 2) state_.on_error_output(index(n), chunk);
+                           if (fd == 2) state_.on_error_output(n.index, chunk);
                            auto& prefixer = fd == 1 ? n.out_lines : n.err_lines;
                            std::string lines;
                            prefixer.feed(chunk, lines);
@@ -124,7 +118,7 @@ class Fanout {
                            // Before the job starts, a host's complaints are the preflight's to report.
                            if (!lines.empty() && (fd == 1 || state_.shows_errors())) console_.write(fd, lines);
                            if (ec) {
-                             if (--n.open_streams == 0) apply(state_.on_output_closed(index(n)));
+                             if (--n.open_streams == 0) apply(state_.on_output_closed(n.index));
                              return;
                            }
                            if (console_.backed_up()) {
@@ -147,7 +141,7 @@ class Fanout {
     std::string rest = n.before_hello.substr(eol + 1);
     n.before_hello.clear();
     n.hello_read = true;
-    apply(state_.on_hello(index(n), line));
+    apply(state_.on_hello(n.index, line));
     return rest;
   }
 

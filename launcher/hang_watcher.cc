@@ -20,6 +20,7 @@
 #include "launcher/failure_summary.h"
 #include "launcher/log_layout.h"
 #include "launcher/plan.h"
+#include "launcher/proc_stat.h"
 #include "launcher/spawn.h"
 #include "launcher/stacks_socket.h"
 
@@ -39,31 +40,13 @@ std::string read_small(const std::string& path) {
   return s.str();
 }
 
-/// State and utime + stime in clock ticks from /proc/PID/stat; false when it is gone.
-bool read_stat(pid_t pid, char& state, unsigned long long& ticks) {
-  const std::string text = read_small("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = text.rfind(')');  // the command name may hold spaces and parentheses
-  if (close == std::string::npos) return false;
-  std::istringstream fields(text.substr(close + 1));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  fields >> state;
-  for (int i = 4; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
-    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
-  }
-  ticks = utime + stime;
-  return true;
-}
-
 void add_descendants(pid_t pid, double tick_s, ProcUsage& usage, int& budget) {
   std::istringstream children(
       read_small("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
   for (pid_t child; budget > 0 && children >> child; --budget) {
-    char state = '?';
-    unsigned long long ticks = 0;
-    if (!read_stat(child, state, ticks)) continue;
-    usage.cpu_s += ticks * tick_s;
+    const auto stat = read_proc_stat(child);
+    if (!stat) continue;
+    usage.cpu_s += static_cast<double>(stat->cpu_ticks.value_or(0)) * tick_s;
     add_descendants(child, tick_s, usage, budget);
   }
 }
@@ -107,9 +90,10 @@ std::string find_stack_reader(const LaunchPlan& plan) {
 ProcUsage proc_usage(pid_t pid) {
   static const double tick_s = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
   ProcUsage usage;
-  unsigned long long ticks = 0;
-  if (!read_stat(pid, usage.state, ticks)) return usage;
-  usage.cpu_s = ticks * tick_s;
+  const auto stat = read_proc_stat(pid);
+  if (!stat) return usage;
+  usage.state = stat->state;
+  usage.cpu_s = static_cast<double>(stat->cpu_ticks.value_or(0)) * tick_s;
   int budget = kMaxDescendants;
   add_descendants(pid, tick_s, usage, budget);  // data-loader workers, a compiler it waits on
   return usage;

@@ -19,6 +19,7 @@
 #include <system_error>
 
 #include "base/posix.h"
+#include "launcher/proc_stat.h"
 
 namespace dtl::launcher {
 namespace {
@@ -100,23 +101,9 @@ int kill_sessions(const std::set<pid_t>& sessions) {
 }  // namespace
 
 std::optional<pid_t> stat_session(std::string_view stat) {
-  // pid (comm) state ppid pgrp session ...
-  size_t close = stat.rfind(')');
-  if (close == std::string_view::npos) return std::nullopt;
-  std::string_view rest = stat.substr(close + 1);
-  for (int field = 0; field < 4; ++field) {  // skip to the session: " state ppid pgrp session"
-    size_t start = rest.find_first_not_of(' ');
-    if (start == std::string_view::npos) return std::nullopt;
-    rest = rest.substr(start);
-    if (field == 3) break;
-    size_t end = rest.find(' ');
-    if (end == std::string_view::npos) return std::nullopt;
-    rest = rest.substr(end);
-  }
-  pid_t sid = 0;
-  auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), sid);
-  if (ec != std::errc() || ptr == rest.data()) return std::nullopt;
-  return sid;
+  const auto parsed = parse_proc_stat(stat);
+  if (!parsed) return std::nullopt;
+  return parsed->session;
 }
 
 OrphanGuard::OrphanGuard(bool use_cgroup) {

@@ -24,7 +24,7 @@
 #include "launcher/file_timers.h"
 #include "launcher/hang_watcher.h"
 #include "launcher/line_prefixer.h"
-#include "launcher/orphan_guard.h"
+#include "launcher/proc_stat.h"
 #include "base/posix.h"
 #include "launcher/spawn.h"
 #include "launcher/worker_env.h"
@@ -48,14 +48,6 @@ std::vector<pid_t> child_processes() {
   std::ifstream in("/proc/self/task/" + std::to_string(getpid()) + "/children");
   for (pid_t pid; in >> pid;) pids.push_back(pid);
   return pids;
-}
-
-/// The session of `pid`, from /proc; nullopt when it is gone.
-std::optional<pid_t> session_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  std::getline(in, stat);
-  return stat_session(stat);
 }
 
 int open_log(const std::filesystem::path& path) {
@@ -195,8 +187,9 @@ struct WorkerGroup::Impl {
 
   /// An expired timer of `pid`: signalled when it is a running worker, or a process in one's session.
   bool fire(pid_t pid, int sig, const std::vector<std::string>& scopes) {
+    const auto stat = read_proc_stat(pid);
     for (auto& w : workers) {
-      if (!w->running || (w->pid != pid && session_of(pid) != w->pid)) continue;
+      if (!w->running || (w->pid != pid && !(stat && stat->session == w->pid))) continue;
       std::string names;
       for (const auto& s : scopes) names += (names.empty() ? "" : ", ") + s;
       spdlog::warn("expiration timer {} of rank {} (pid {}) expired: sending {}", names, w->rank, pid,

@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include "launcher/job_cgroup.h"
 #include "launcher/orphan_guard.h"
+#include "launcher/proc_stat.h"
 
 using namespace dtl::launcher;
 
@@ -30,6 +32,23 @@ TEST_CASE("no cgroup v2 entry or mount is no job cgroup") {
   CHECK_FALSE(own_cgroup_dir("24 30 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "1:cpu:/\n"));
   CHECK_FALSE(own_cgroup_dir("", ""));
   CHECK_FALSE(own_cgroup_dir("garbage - cgroup2\n", "0::relative\n"));
+}
+
+TEST_CASE("/proc/PID/stat: the state, the session and utime + stime, after the command name") {
+  auto s = parse_proc_stat("4242 (py (x)) D 1 4242 4240 0 -1 4194560 10 0 0 0 250 31 0 0 20 0 5 0");
+  REQUIRE(s);
+  CHECK(s->state == 'D');
+  CHECK(s->session == 4240);
+  CHECK(s->cpu_ticks == 281u);
+  auto cut = parse_proc_stat("77 (cut) S 1 2 3 0");
+  REQUIRE(cut);
+  CHECK(cut->session == 3);
+  CHECK_FALSE(cut->cpu_ticks);
+  auto self = read_proc_stat(getpid());
+  REQUIRE(self);
+  CHECK(self->state == 'R');
+  CHECK(self->session == getsid(0));
+  CHECK_FALSE(read_proc_stat(0));
 }
 
 TEST_CASE("the session is read after the command name, whatever that name holds") {
