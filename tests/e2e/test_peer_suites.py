@@ -436,9 +436,11 @@ ACCELERATE_CONFIGS = {
 }
 
 DUMP = """import json, os
-print("DUMP " + json.dumps({k: v for k, v in sorted(os.environ.items()) if k.startswith((
+# One write of the whole line: accelerate launch runs some configs' workers under `python -u`, where
+# print() writes the text and its newline apart and two ranks' lines could share one line.
+os.write(1, ("DUMP " + json.dumps({k: v for k, v in sorted(os.environ.items()) if k.startswith((
     "ACCELERATE_", "FSDP_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "OMP_NUM_THREADS",
-    "CUDA_VISIBLE_DEVICES", "KMP_"))}), flush=True)
+    "CUDA_VISIBLE_DEVICES", "KMP_"))}) + "\\n").encode())
 """
 
 # accelerate's tests/test_configs/: what both launchers do with each file on a machine without GPUs,
