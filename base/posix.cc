@@ -102,6 +102,14 @@ ReadAll read_all(int fd, size_t limit) {
   return out;
 }
 
+std::string read_small_file(const std::string& path, size_t limit) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  auto r = read_all(fd, limit);
+  ::close(fd);
+  return r.text;
+}
+
 ProgramOutput run_program(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                           PollFunction poll) {
   ProgramOutput result;

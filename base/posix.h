@@ -42,6 +42,9 @@ struct ReadAll {
 /// Reads `fd` to its end, or until more than `limit` bytes came.
 ReadAll read_all(int fd, size_t limit = std::numeric_limits<size_t>::max());
 
+/// The first `limit` bytes of a file (a /proc or /sys one, say); "" when it cannot be opened.
+std::string read_small_file(const std::string& path, size_t limit = 1 << 20);
+
 /// What a program printed on its standard output, and how it ended.
 struct ProgramOutput {
   std::vector<std::string> lines;  ///< stdout split at '\n', a last unterminated line included

@@ -77,6 +77,15 @@ AgentState::Actions AgentState::on_group_finished(const Group::Result& result, i
     leave(a);
     return a;
   }
+  if (!result.unreaped.empty()) {
+    // Its processes hold this node's GPUs and ports: no new round can start here. The others see
+    // the node leave (and go on without it where the job is elastic).
+    error_ = std::to_string(result.unreaped.size()) +
+             " process(es) of this node's workers could not be reaped: this node leaves the job";
+    error_code_ = 1;
+    leave(a);
+    return a;
+  }
   if (result.start_failed) a.push_back(Send{rdzv::Failed{{start_failure(now_ns)}}});
   if (phase_ == Phase::running && result.failures.empty() && !result.start_failed) {
     phase_ = Phase::finished;
@@ -107,7 +116,7 @@ AgentState::Actions AgentState::on_exit(const rdzv::Exit& exit) {
 AgentState::Actions AgentState::on_error(const std::string& why, bool refused) {
   Actions a;
   if (phase_ == Phase::done) return a;
-  error_ = why;
+  error_ = "rendezvous: " + why;
   error_code_ = refused ? 2 : 1;
   stop_or_leave(SIGTERM, a);
   return a;
@@ -167,7 +176,7 @@ void AgentState::leave(Actions& a) {
     }
   }
   if (error_) {
-    a.push_back(Log{Level::error, "rendezvous: " + *error_});
+    a.push_back(Log{Level::error, *error_});
     code = error_code_;
   }
   if (signal_) code = 128 + signal_;

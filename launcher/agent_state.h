@@ -101,7 +101,7 @@ class AgentState {
   std::optional<rendezvous::Round> round_;
   // Why this node leaves; each may be set, and the exit code takes the last of exit, error, signal.
   std::optional<rendezvous::Exit> exit_;
-  std::optional<std::string> error_;
+  std::optional<std::string> error_;  ///< why this node leaves on its own: a rendezvous error, workers it cannot reap
   int error_code_ = 1;
   int signal_ = 0;
   int exit_code_ = 0;

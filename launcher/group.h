@@ -11,6 +11,10 @@
 
 namespace dtl::launcher {
 
+/// How long after SIGKILL a worker, or a process it left, may take to go. One still there is in
+/// uninterruptible sleep (D), which no signal ends: dtlaunch names it and ends without it.
+constexpr std::chrono::seconds kReapLimit{10};
+
 /// One step of a stop: send `signal`, then give the workers `wait` before the next step.
 struct StopStep {
   int signal;
@@ -26,6 +30,9 @@ class Group {
   struct Result {
     std::vector<Failure> failures;  ///< workers that failed on their own; empty: success or stopped
     bool start_failed = false;      ///< a worker could not be started (fork, pipe, files)
+    /// Still alive kReapLimit after SIGKILL (uninterruptible sleep, D): given up on and reported; the
+    /// job cannot go on with them holding their GPUs, files and ports.
+    std::vector<pid_t> unreaped;
   };
   struct Callbacks {
     /// The first failures, as soon as they are seen; the group is already stopping the others.

@@ -33,16 +33,9 @@ constexpr auto kTick = std::chrono::seconds(1);
 constexpr auto kStackTimeout = std::chrono::seconds(10);
 constexpr int kMaxDescendants = 256;
 
-std::string read_small(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 void add_descendants(pid_t pid, double tick_s, ProcUsage& usage, int& budget) {
   std::istringstream children(
-      read_small("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+      posix::read_small_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
   for (pid_t child; budget > 0 && children >> child; --budget) {
     const auto stat = read_proc_stat(child);
     if (!stat) continue;

@@ -43,16 +43,8 @@ std::string unescape_octal(const std::string& s) {
   return out;
 }
 
-std::string read_small_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  auto r = posix::read_all(fd, 1 << 20);
-  ::close(fd);
-  return r.text;
-}
-
 bool populated(const std::string& path) {
-  std::istringstream events(read_small_file(path + "/cgroup.events"));
+  std::istringstream events(posix::read_small_file(path + "/cgroup.events"));
   for (std::string key, value; events >> key >> value;) {
     if (key == "populated") return value != "0";
   }
@@ -93,7 +85,7 @@ std::optional<std::string> own_cgroup_dir(std::string_view mountinfo, std::strin
 }
 
 std::unique_ptr<JobCgroup> JobCgroup::create(std::string& why) {
-  auto parent = own_cgroup_dir(read_small_file("/proc/self/mountinfo"), read_small_file("/proc/self/cgroup"));
+  auto parent = own_cgroup_dir(posix::read_small_file("/proc/self/mountinfo"), posix::read_small_file("/proc/self/cgroup"));
   if (!parent) {
     why = "no cgroup v2 hierarchy holds dtlaunch";
     return nullptr;

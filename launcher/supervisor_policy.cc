@@ -26,7 +26,8 @@ std::vector<std::string> SupervisorPolicy::on_signal(int sig) {
 
 SupervisorPolicy::Step SupervisorPolicy::on_finished(const Group::Result& result) {
   const auto& failures = result.failures;
-  if (!failures.empty() && stop_signal_ == 0 && env_.restart_count < env_.max_restarts) {
+  const bool restart_due = !failures.empty() && stop_signal_ == 0 && env_.restart_count < env_.max_restarts;
+  if (restart_due && result.unreaped.empty()) {
     ++env_.restart_count;
     group_.start(env_);
     return {{"restarting the workers (" + std::to_string(env_.restart_count) + " of " +
@@ -34,14 +35,21 @@ SupervisorPolicy::Step SupervisorPolicy::on_finished(const Group::Result& result
              " failed"},
             std::nullopt};
   }
+  Step step;
+  if (restart_due) {
+    step.warnings.push_back("not restarting: " + std::to_string(result.unreaped.size()) +
+                            " process(es) of the last attempt could not be reaped");
+  }
   Ending end;
   if (!failures.empty()) {
     end.summary = "\n" + format_summary(title_, failures, host_) + "\n";
     end.exit_code = exit_code_for(failures);
   }
   if (result.start_failed) end.exit_code = 1;
+  if (!result.unreaped.empty() && end.exit_code == 0) end.exit_code = 1;
   if (stop_signal_ != 0) end.exit_code = 128 + stop_signal_;
-  return {{}, end};
+  step.ending = end;
+  return step;
 }
 
 }  // namespace dtl::launcher

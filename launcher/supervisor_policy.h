@@ -34,7 +34,8 @@ class SupervisorPolicy {
   /// dtlaunch received `sig` (one of --signals_to_handle); returns the warnings to log.
   std::vector<std::string> on_signal(int sig);
   /// The group finished: restarts it, or returns how the run ends: 0, the root cause's code
-  /// (base/failure.h), 1 when a worker could not be started, 128+N after signal N.
+  /// (base/failure.h), 1 when a worker could not be started or a process could not be reaped
+  /// (then no restart either), 128+N after signal N.
   Step on_finished(const Group::Result& result);
 
  private:

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -104,7 +105,7 @@ struct WorkerGroup::Impl {
   Impl(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
        Callbacks callbacks)
       : io(io), console(console), plan(plan), logs(logs), guard(guard), callbacks(std::move(callbacks)),
-        stop_timer(io), drain_timer(io),
+        stop_timer(io), drain_timer(io), reap_timer(io),
         watcher(io, console, plan, logs, [this] { return probes(); }, [this](const Failure& f) { fail_hung(f); }) {}
   ~Impl() {
     console.forget(io);
@@ -119,6 +120,7 @@ struct WorkerGroup::Impl {
   Callbacks callbacks;
   asio::steady_timer stop_timer;
   asio::steady_timer drain_timer;
+  asio::steady_timer reap_timer;  ///< kReapLimit after a SIGKILL
   HangWatcher watcher;
   std::unique_ptr<FileTimerServer> timers;  ///< with TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::map<pid_t, std::string> expired_timers;  ///< a worker signalled for its timers: what to report
@@ -130,6 +132,8 @@ struct WorkerGroup::Impl {
   unsigned stop_generation = 0;  ///< a later stop sequence supersedes an earlier one's pending step
   bool start_failed = false;
   bool drain_armed = false;
+  bool reap_armed = false;
+  std::set<pid_t> unreaped;  ///< alive kReapLimit after SIGKILL: reported, no longer waited for
   bool wrote_files = false;
   std::string scratch;
   const std::string host = posix::host_name();
@@ -142,6 +146,7 @@ struct WorkerGroup::Impl {
     GroupEnv group = given;
     phase = Phase::running;
     drain_armed = false;
+    reap_armed = false;
     start_failed = false;
     failures.clear();
     // An earlier attempt's workers are freed once no handler names them: a restart costs the same
@@ -425,6 +430,7 @@ struct WorkerGroup::Impl {
     phase = Phase::stopping;
     watcher.stop();
     signal_workers(steps[step].signal);
+    if (steps[step].signal == SIGKILL) arm_reap_limit();
     if (step + 1 == steps.size()) return;
     stop_timer.expires_after(steps[step].wait);
     stop_timer.async_wait([this, steps, step, generation = stop_generation](const boost::system::error_code& ec) {
@@ -451,9 +457,10 @@ struct WorkerGroup::Impl {
     watcher.stop();
     stop_timer.cancel();
     drain_timer.cancel();
+    reap_timer.cancel();
     for (auto& w : workers) guard.forget(w->pid);
     phase = Phase::idle;
-    callbacks.on_finished(Result{failures, start_failed});
+    callbacks.on_finished(Result{failures, start_failed, {unreaped.begin(), unreaped.end()}});
   }
 
   /// Output may trail the exits by a moment; after kDrainTimeout what is still open is closed.
@@ -474,18 +481,56 @@ struct WorkerGroup::Impl {
   }
 
   /// SIGKILLs what is left in the workers' process groups and every adopted orphan (whatever group
-  /// or session it moved to, it comes to dtlaunch, the subreaper); true while any is still alive.
-  /// Not cgroup.kill: on Linux 6.18 a process cloned into the cgroup after one is killed at birth.
+  /// or session it moved to, it comes to dtlaunch, the subreaper); true while any is still alive
+  /// and not yet given up on. Not cgroup.kill: on Linux 6.18 a process cloned into the cgroup after
+  /// one is killed at birth.
   bool kill_stragglers() {
     // The workers are reaped: their pids may be anyone's now, their groups only theirs while they last.
     for (auto& w : workers) ::kill(-w->pid, SIGKILL);
     bool any = false;
     for (pid_t pid : child_processes()) {
-      if (pid == guard.pid()) continue;
+      if (pid == guard.pid() || unreaped.contains(pid)) continue;
       ::kill(pid, SIGKILL);
       any = true;
     }
+    if (any) arm_reap_limit();
     return any;
+  }
+
+  /// Whatever a SIGKILL has not ended kReapLimit later is in uninterruptible sleep (a hung NFS or
+  /// FUSE request, a GPU driver call): no signal ends it, so dtlaunch names it and stops waiting.
+  void arm_reap_limit() {
+    if (reap_armed) return;
+    reap_armed = true;
+    reap_timer.expires_after(kReapLimit);
+    reap_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || phase != Phase::stopping) return;
+      for (auto& w : workers) {
+        if (!w->running) continue;
+        give_up_on(w->pid, fmt::format("worker rank {} (local_rank {}, pid {})", w->rank, w->local_rank, w->pid));
+        w->running = false;
+        for (Stream* s : {&w->out, &w->err}) {
+          if (s->open) close_stream(*s);
+        }
+      }
+      for (pid_t pid : child_processes()) {
+        if (pid != guard.pid() && !unreaped.contains(pid)) give_up_on(pid, fmt::format("pid {}, left by a worker,", pid));
+      }
+      maybe_finish();
+    });
+  }
+
+  void give_up_on(pid_t pid, const std::string& who) {
+    unreaped.insert(pid);
+    const auto stat = read_proc_stat(pid);
+    std::string wchan = posix::read_small_file("/proc/" + std::to_string(pid) + "/wchan", 128);
+    const std::string where = wchan.empty() || wchan == "0" ? "" : " in the kernel's " + wchan;
+    const std::string state = !stat                ? "it is gone from /proc but not reaped"
+                              : stat->state == 'D' ? "it is in uninterruptible sleep (D)" + where
+                                                   : std::string("its state is ") + stat->state + where;
+    spdlog::error("{} could not be reaped {}s after SIGKILL: {}; it keeps what it holds (GPU memory, files, "
+                  "ports) until the kernel lets it go",
+                  who, kReapLimit.count(), state);
   }
 };
 

@@ -44,7 +44,7 @@ Failure failure(int rank, int exitcode) {
 }
 
 const Group::Result success{};
-Group::Result failed(std::vector<Failure> failures) { return {std::move(failures), false}; }
+Group::Result failed(std::vector<Failure> failures) { return {std::move(failures), false, {}}; }
 
 /// The actions as short words, so a test reads the whole sequence in order.
 std::vector<std::string> words(const AgentState::Actions& actions) {
@@ -170,7 +170,7 @@ TEST_CASE("a Stop while waiting for a round does nothing") {
 
 TEST_CASE("a group that cannot start is reported as a failure of the node's first rank, then Stopped") {
   auto s = running(1);
-  auto a = s.on_group_finished(Group::Result{{}, true}, 1234);
+  auto a = s.on_group_finished(Group::Result{{}, true, {}}, 1234);
   CHECK(words(a) == W{"send failed", "send stopped"});
   const auto& f = std::get<rdzv::Failed>(std::get<Send>(a[0]).message).failures.at(0);
   CHECK(f.rank == 2);
@@ -347,4 +347,12 @@ TEST_CASE("without the agent store the workers' master is the round's") {
       CHECK_FALSE(st->env.agent_store);
     }
   }
+}
+
+TEST_CASE("workers that could not be reaped make the node leave the job with 1: no new round can start here") {
+  auto s = running();
+  s.on_workers_failed({failure(1, 3)});
+  CHECK(words(s.on_group_finished(Group::Result{{failure(1, 3)}, false, {4321}}, 0)) ==
+        W{"error: 1 process(es) of this node's workers could not be reaped: this node leaves the job", "leave 1"});
+  CHECK(s.phase() == Phase::done);
 }

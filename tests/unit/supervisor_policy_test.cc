@@ -62,10 +62,10 @@ TEST_CASE("a failure with restarts left starts the group again with the next res
   SupervisorPolicy p(g, env(2), "train.py", "node-a");
   p.start();
   g.finished();
-  CHECK(p.on_finished({{failure(1, 3, 10)}, false}).warnings ==
+  CHECK(p.on_finished({{failure(1, 3, 10)}, false, {}}).warnings ==
         W{"restarting the workers (1 of 2 restarts) after rank 1 failed"});
   g.finished();
-  CHECK_FALSE(p.on_finished({{failure(0, 3, 10)}, false}).ending);
+  CHECK_FALSE(p.on_finished({{failure(0, 3, 10)}, false, {}}).ending);
   CHECK(g.calls == W{"start restart 0", "start restart 1", "start restart 2"});
 }
 
@@ -74,7 +74,7 @@ TEST_CASE("when restarts run out the run ends with the root cause's exit code an
   SupervisorPolicy p(g, env(0), "train.py", "node-a");
   p.start();
   g.finished();
-  auto end = p.on_finished({{failure(1, 1, 30), failure(0, -11, 20)}, false}).ending;
+  auto end = p.on_finished({{failure(1, 1, 30), failure(0, -11, 20)}, false, {}}).ending;
   REQUIRE(end);
   CHECK(end->exit_code == 128 + SIGSEGV);
   CHECK(end->summary.rfind("\n====", 0) == 0);
@@ -93,7 +93,7 @@ TEST_CASE("a signal runs the stop sequence with that signal and the run exits 12
   CHECK(g.calls == W{"start restart 0", "stop 2"});
   g.finished();
   // a worker that died of the stop itself still counts as the run's end, not a restart
-  auto end = p.on_finished({{failure(0, 1, 10)}, false}).ending;
+  auto end = p.on_finished({{failure(0, 1, 10)}, false, {}}).ending;
   REQUIRE(end);
   CHECK(end->exit_code == 128 + SIGINT);
   CHECK(g.calls == W{"start restart 0", "stop 2"});
@@ -122,7 +122,7 @@ TEST_CASE("a group that could not start ends the run with 1") {
   SupervisorPolicy p(g, env(2), "train.py", "node-a");
   p.start();
   g.finished();
-  auto end = p.on_finished({{}, true}).ending;
+  auto end = p.on_finished({{}, true, {}}).ending;
   REQUIRE(end);
   CHECK(end->exit_code == 1);
   CHECK(end->summary.empty());
@@ -136,4 +136,24 @@ TEST_CASE("the stop sequence is the signal, the grace of --shutdown_timeout, the
   CHECK(steps[1].signal == SIGKILL);
   CHECK(steps[1].wait == std::chrono::milliseconds(0));
   CHECK(stop_sequence(SIGTERM, 30)[0].wait == std::chrono::seconds(30));
+}
+
+TEST_CASE("a worker that could not be reaped ends the run without the restart that was due, exit 1 at least") {
+  FakeGroup g;
+  SupervisorPolicy p(g, env(3), "train.py", "node-a");
+  p.start();
+  g.finished();
+  Group::Result unreaped{{}, false, {4321}};
+  auto step = p.on_finished(unreaped);
+  REQUIRE(step.ending);
+  CHECK(step.ending->exit_code == 1);
+  CHECK(g.calls == W{"start restart 0"});
+
+  SupervisorPolicy q(g, env(3), "train.py", "node-a");
+  q.start();
+  g.finished();
+  step = q.on_finished({{failure(1, 3, 10)}, false, {4321}});
+  CHECK(step.warnings == W{"not restarting: 1 process(es) of the last attempt could not be reaped"});
+  REQUIRE(step.ending);
+  CHECK(step.ending->exit_code == 3);
 }
