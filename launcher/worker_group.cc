@@ -463,6 +463,13 @@ struct WorkerGroup::Impl {
     callbacks.on_finished(Result{failures, start_failed, {unreaped.begin(), unreaped.end()}});
   }
 
+  /// Stops reading what is still open of a worker's output (it holds the other ends).
+  void close_streams(Worker& w) {
+    for (Stream* s : {&w.out, &w.err}) {
+      if (s->open) close_stream(*s);
+    }
+  }
+
   /// Output may trail the exits by a moment; after kDrainTimeout what is still open is closed.
   void arm_drain() {
     if (drain_armed) return;
@@ -471,11 +478,7 @@ struct WorkerGroup::Impl {
     drain_timer.async_wait([this](const boost::system::error_code& ec) {
       if (ec || phase != Phase::stopping) return;
       spdlog::warn("worker output still open {}s after the workers exited; closing it", kDrainTimeout.count());
-      for (auto& w : workers) {
-        for (Stream* s : {&w->out, &w->err}) {
-          if (s->open) close_stream(*s);
-        }
-      }
+      for (auto& w : workers) close_streams(*w);
       maybe_finish();
     });
   }
@@ -509,9 +512,7 @@ struct WorkerGroup::Impl {
         if (!w->running) continue;
         give_up_on(w->pid, fmt::format("worker rank {} (local_rank {}, pid {})", w->rank, w->local_rank, w->pid));
         w->running = false;
-        for (Stream* s : {&w->out, &w->err}) {
-          if (s->open) close_stream(*s);
-        }
+        close_streams(*w);
       }
       for (pid_t pid : child_processes()) {
         if (pid != guard.pid() && !unreaped.contains(pid)) give_up_on(pid, fmt::format("pid {}, left by a worker,", pid));
