@@ -4,6 +4,7 @@
 #   gpu-kit/bin/dtlaunch   dtlaunch, finding the shared libraries it needs in gpu-kit/lib ($ORIGIN)
 #   gpu-kit/lib/           those libraries (yaml-cpp, spdlog, fmt, libcrypto, libstdc++, libgcc_s)
 #   gpu-kit/include/CLI/   CLI11's headers, the one library dtl-train's own build needs besides torch
+#   gpu-kit/bin/py-spy     py-spy from PyPI (a static binary), which reads the hung ranks' stacks
 # Then run on the device, carrying the kit:  run(command="scripts/gpu-check.sh", carry=["gpu-kit"])
 # gpu-check.sh finds the kit and builds only dtl-train there (-DDTL_BUILD_LAUNCHER=OFF).
 set -euo pipefail
@@ -20,6 +21,13 @@ cp build-gpu-kit/apps/dtlaunch/dtlaunch "$kit/bin/"
 kit_libs() { ldd "$kit/bin/dtlaunch" | awk '/=> \// {print $3}' | grep -v -E '/(libc|libm|ld-linux[^/]*)\.so'; }
 kit_libs | while read -r lib; do cp -L "$lib" "$kit/lib/"; done
 cp -r "$(dirname "$(find /usr/include -path '*/CLI/CLI.hpp' | head -1)")" "$kit/include/"
+# py-spy, the version scripts/parity/make_venv.sh pins: its wheel holds one static binary.
+pyspy=$(mktemp -d)
+python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64 \
+  -d "$pyspy" py-spy==0.4.3
+python3 -m zipfile -e "$pyspy"/py_spy-*.whl "$pyspy/x"
+install -m 755 "$pyspy"/x/py_spy-*.data/scripts/py-spy "$kit/bin/py-spy"
+rm -rf "$pyspy"
 # The kit must run on its own libraries, found through $ORIGIN.
 "$kit/bin/dtlaunch" --version >/dev/null
 kit_libs | xargs readlink -f | grep -v "^$PWD/$kit/lib/" && { echo "gpu-prepare.sh: dtlaunch still uses system libraries (above)" >&2; exit 1; }

@@ -7,8 +7,13 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+// The pip wheel's libtorch has Gloo inside but ships no Gloo headers, which ProcessGroupGloo.hpp
+// includes: a build against it without them (no libgloo-dev) is NCCL-only.
+#if __has_include(<gloo/algorithm.h>)
+#define DTL_GLOO 1
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #if defined(DTL_WITH_NCCL) && defined(USE_C10D_NCCL)
 #define DTL_NCCL 1
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -57,6 +62,9 @@ std::unique_ptr<Comm> connect(const LaunchEnv& env, const std::string& backend, 
   comm->store->setTimeout(timeout);
 
   if (backend == "gloo") {
+#ifndef DTL_GLOO
+    throw UsageError("--backend gloo: this dtl-train was built without Gloo's headers (install libgloo-dev and build again)");
+#else
     auto o = c10d::ProcessGroupGloo::Options::create(timeout);
     for (const auto& name : env.gloo_ifnames) {  // libtorch's C++ API does not read GLOO_SOCKET_IFNAME itself
       o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
@@ -64,6 +72,7 @@ std::unique_ptr<Comm> connect(const LaunchEnv& env, const std::string& backend, 
     if (o->devices.empty()) o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     comm->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(comm->store, env.rank, env.world_size, o);
     return comm;
+#endif
   }
 #ifdef DTL_NCCL
   // NCCL creates its communicators on the current device: bind it before the first collective.
