@@ -91,6 +91,7 @@ class ElasticAgent final : public Runner {
     if (plan.group.agent_store) {
       store = std::make_unique<store::Server>(io);
       share_port_with_store(*opts.server, *store);
+      group.watch_store(*store);
     }
     try {
       server = std::make_unique<rdzv::Server>(io, *opts.server);

@@ -19,6 +19,7 @@ namespace {
 constexpr double kBusyShare = 0.2;
 constexpr const char* kCollective = "in a collective";
 constexpr const char* kStore = "in the store";
+constexpr const char* kGpu = "waiting for the GPU";
 
 double seconds(HangClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -70,10 +71,10 @@ HangWatch::HangWatch(std::chrono::milliseconds timeout, std::chrono::millisecond
 void HangWatch::reset() {
   seen_.clear();
   reported_at_.reset();
+  signalled_ = false;
 }
 
-std::optional<Hang> HangWatch::on_sample(HangClock::time_point now, const std::vector<RankSample>& ranks) {
-  if (ranks.empty()) return std::nullopt;
+HangClock::time_point HangWatch::record(HangClock::time_point now, const std::vector<RankSample>& ranks) {
   std::erase_if(seen_, [&](const auto& entry) {
     return std::none_of(ranks.begin(), ranks.end(), [&](const RankSample& r) { return r.pid == entry.first; });
   });
@@ -85,28 +86,39 @@ std::optional<Hang> HangWatch::on_sample(HangClock::time_point now, const std::v
     while (cpu.size() > 2 && cpu[1].first <= now - window_) cpu.erase(cpu.begin());
     last = std::max(last, r.last_output);
   }
-  if (reported_at_ && last > *reported_at_) reported_at_.reset();  // a rank printed: that hang is over
-  if (now - last < timeout_) return std::nullopt;
+  return last;
+}
 
-  Hang hang{seconds(now - last), {}};
-  bool all_busy = true;
+Hang HangWatch::snapshot(HangClock::time_point now, HangClock::time_point last, const std::vector<RankSample>& ranks) {
+  Hang hang{seconds(now - last), {}, ""};
   for (const auto& r : ranks) {
     const auto& cpu = seen_[r.pid].cpu;
     const double span = seconds(now - cpu.front().first);
-    if (span < 0.9 * seconds(window_)) return std::nullopt;  // not watched long enough to tell
     HungRank h;
     h.rank = r.rank;
     h.local_rank = r.local_rank;
     h.pid = r.pid;
     h.state = r.state;
-    h.cpu_percent = 100 * (r.cpu_s - cpu.front().second) / span;
+    h.cpu_percent = span > 0 ? 100 * (r.cpu_s - cpu.front().second) / span : 0;
     h.silent_s = seconds(now - r.last_output);
     h.busy = h.cpu_percent >= 100 * kBusyShare && r.state != 'D';
-    all_busy &= h.busy;
     hang.ranks.push_back(std::move(h));
   }
-  if (all_busy) {  // computing silently: progress, not a hang
-    reported_at_.reset();
+  return hang;
+}
+
+std::optional<Hang> HangWatch::on_sample(HangClock::time_point now, const std::vector<RankSample>& ranks) {
+  if (ranks.empty()) return std::nullopt;
+  const auto last = record(now, ranks);
+  if (reported_at_ && last > *reported_at_) reported_at_.reset();  // a rank printed: that hang is over
+  if (now - last < timeout_ || signalled_) return std::nullopt;
+  for (const auto& r : ranks) {
+    // not watched long enough to tell busy from blocked
+    if (seconds(now - seen_[r.pid].cpu.front().first) < 0.9 * seconds(window_)) return std::nullopt;
+  }
+  Hang hang = snapshot(now, last, ranks);
+  if (std::all_of(hang.ranks.begin(), hang.ranks.end(), [](const HungRank& r) { return r.busy; })) {
+    reported_at_.reset();  // computing silently: progress, not a hang
     return std::nullopt;
   }
   if (reported_at_) return std::nullopt;
@@ -114,26 +126,55 @@ std::optional<Hang> HangWatch::on_sample(HangClock::time_point now, const std::v
   return hang;
 }
 
+std::optional<Hang> HangWatch::on_signal(HangClock::time_point now, const std::vector<RankSample>& ranks,
+                                         std::string cause) {
+  if (ranks.empty() || signalled_) return std::nullopt;
+  signalled_ = true;
+  Hang hang = snapshot(now, record(now, ranks), ranks);
+  hang.cause = std::move(cause);
+  return hang;
+}
+
 std::string classify(const std::vector<std::string>& stack) {
   for (const auto& frame : main_thread(stack)) {
+    // "function (file:line)" from py-spy, a bare function from eu-stack. Only the functions of native
+    // code and the files of torch's own Python code count: a script of the user's may be named
+    // nccl_test.py.
     std::string lower = frame;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (contains(lower, "store") && (contains(lower, "torch/distributed") || contains(lower, "c10d"))) return kStore;
-    if (contains(lower, "distributed_c10d.py") || contains(lower, "torch/nn/parallel/distributed.py") ||
-        contains(lower, "gloo::") || contains(lower, "nccl") || contains(lower, "processgroup")) {
+    const auto open = lower.rfind(" (");
+    const std::string function = lower.substr(0, open);
+    const std::string file = open == std::string::npos ? "" : lower.substr(open + 2);
+    const bool python = contains(file, ".py:");
+    const bool torch_distributed = python && contains(file, "torch/distributed/");
+    // NCCL's collectives are asynchronous: a rank waiting for one waits in a CUDA synchronisation
+    // (.item(), .cpu(), torch.cuda.synchronize()), spinning on a CPU.
+    if (!python && (contains(function, "streamsynchronize") || contains(function, "devicesynchronize") ||
+                    contains(function, "ctxsynchronize") || contains(function, "eventsynchronize") ||
+                    contains(function, "_local_scalar_dense_cuda"))) {
+      return kGpu;
+    }
+    if ((torch_distributed && (contains(function, "store") || contains(file, "store"))) ||
+        (!python && contains(function, "c10d::") && contains(function, "store"))) {
+      return kStore;
+    }
+    if ((python && (contains(file, "torch/distributed/distributed_c10d.py") ||
+                    contains(file, "torch/nn/parallel/distributed.py"))) ||
+        (!python &&
+         (contains(function, "gloo::") || contains(function, "nccl") || contains(function, "processgroup")))) {
       return kCollective;
     }
-    if (contains(lower, "torch/utils/data/")) return "in a data loader";
+    if (python && contains(file, "torch/utils/data/")) return "in a data loader";
   }
   return "";
 }
 
 std::optional<size_t> find_suspect(Hang& hang) {
   for (auto& r : hang.ranks) {
-    r.doing = classify(r.stack);
+    r.doing = classify(r.native.empty() ? r.stack : r.native);
     if (r.doing.empty()) r.doing = r.busy ? "running" : r.state == 'D' ? "blocked in the kernel (D)" : "blocked";
   }
-  const auto waits = [](const HungRank& r) { return r.doing == kCollective || r.doing == kStore; };
+  const auto waits = [](const HungRank& r) { return r.doing == kCollective || r.doing == kStore || r.doing == kGpu; };
   for (bool busy : {true, false}) {
     for (size_t i = 0; i < hang.ranks.size(); ++i) {
       const auto& r = hang.ranks[i];
@@ -230,10 +271,13 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
   for (const auto& r : hang.ranks) {
     if (r.busy) busy.push_back(r.rank);
   }
-  std::string out = fmt::format(
-      "dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n", hang.silent_s, timeout_s,
-      busy.empty() ? std::string("no rank made progress")
-                   : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) + " ran while the others waited");
+  std::string out = hang.cause.empty()
+                        ? fmt::format("dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n",
+                                      hang.silent_s, timeout_s,
+                                      busy.empty() ? std::string("no rank made progress")
+                                                   : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) +
+                                                         " ran while the others waited")
+                        : "dtlaunch: hang: " + hang.cause + "\n";
   out += stacks_text(hang, host, how);
   if (suspect) {
     const auto& r = hang.ranks[*suspect];
@@ -242,7 +286,8 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
                        frames.empty() ? r.doing : frames.front());
   } else {
     out += "dtlaunch: no suspect on " + host +
-           ": every rank here waits in a collective or the store (the rank they wait for may be on another node)"
+           ": every rank here waits in a collective, the store or for the GPU (the rank they wait for may be on "
+           "another node)"
            ", or its stack could not be read\n";
   }
   return out;
@@ -250,8 +295,9 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
 
 std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
                              const std::string& how, double timeout_s) {
-  std::string out = fmt::format("{{\"hang_timeout_s\": {:g}, \"silent_s\": {:.1f}, \"host\": {}, \"stacks_by\": {}, ",
-                                timeout_s, hang.silent_s, json_string(host), json_string(how));
+  std::string out =
+      fmt::format("{{\"hang_timeout_s\": {:g}, \"silent_s\": {:.1f}, \"cause\": {}, \"host\": {}, \"stacks_by\": {}, ",
+                  timeout_s, hang.silent_s, json_string(hang.cause), json_string(host), json_string(how));
   out +=
       "\"suspect\": " + (suspect ? std::to_string(hang.ranks[*suspect].rank) : std::string("null")) + ", \"ranks\": [";
   for (size_t i = 0; i < hang.ranks.size(); ++i) {
@@ -262,6 +308,8 @@ std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, co
         i ? ", " : "", r.rank, r.local_rank, r.pid, json_string(std::string(1, r.state)), r.cpu_percent, r.silent_s,
         r.busy ? "true" : "false", json_string(r.doing), json_string(r.stack_error));
     for (size_t j = 0; j < r.stack.size(); ++j) out += (j ? ", " : "") + json_string(r.stack[j]);
+    out += "], \"native\": [";
+    for (size_t j = 0; j < r.native.size(); ++j) out += (j ? ", " : "") + json_string(r.native[j]);
     out += "]}";
   }
   return out + "]}\n";

@@ -5,6 +5,9 @@
 // A hang: for the timeout no rank printed, and not every rank was busy on a CPU. Either no rank made
 // progress, or some did (a rank spinning in a loop) while the others waited for them. A job whose
 // every rank computes silently is not hung; a rank that printed a traceback and lives on is.
+// Or a hang is signalled: torch's NCCL watchdog timed a collective out and said so in the store.
+// NCCL's waits spin on a CPU, so a rank waiting for the GPU looks busy: only its native stack
+// (cuStreamSynchronize under .item()) tells it from a rank that computes.
 #pragma once
 
 #include <sys/types.h>
@@ -35,17 +38,19 @@ struct HungRank {
   int local_rank = 0;
   pid_t pid = 0;
   char state = 'S';
-  double cpu_percent = 0;          ///< over the watch's window
-  double silent_s = 0;             ///< since its last output
-  bool busy = false;               ///< it used at least a fifth of a CPU over the window
-  std::string doing;               ///< what its stack says (classify), or "running" / "blocked" from /proc
-  std::vector<std::string> stack;  ///< "function (file:line)", innermost first, threads apart by ""
-  std::string stack_error;         ///< why there is no stack
+  double cpu_percent = 0;           ///< over the watch's window
+  double silent_s = 0;              ///< since its last output
+  bool busy = false;                ///< it used at least a fifth of a CPU over the window
+  std::string doing;                ///< what its stack says (classify), or "running" / "blocked" from /proc
+  std::vector<std::string> stack;   ///< "function (file:line)", innermost first, threads apart by ""
+  std::string stack_error;          ///< why there is no stack
+  std::vector<std::string> native;  ///< the same with native frames, where they were read (CUDA ranks)
 };
 
 struct Hang {
   double silent_s = 0;  ///< since the last output of any rank
   std::vector<HungRank> ranks;
+  std::string cause;  ///< what signalled it ("" for the silence): "rank 0's NCCL watchdog timed out a collective"
 };
 
 class HangWatch {
@@ -57,6 +62,10 @@ class HangWatch {
   /// Every running rank at `now`. Returns the hang when the job has just become hung: once per
   /// hang, until a rank prints again or every rank is busy.
   std::optional<Hang> on_sample(HangClock::time_point now, const std::vector<RankSample>& ranks);
+  /// Something outside the samples says the job hangs (`cause`): the hang at once, with the CPU use
+  /// seen so far, once per attempt. The silence rule then stays quiet for the attempt: the ranks'
+  /// own reports of the timeout are output, not progress.
+  std::optional<Hang> on_signal(HangClock::time_point now, const std::vector<RankSample>& ranks, std::string cause);
 
   /// A new attempt: nothing heard before counts.
   void reset();
@@ -65,18 +74,24 @@ class HangWatch {
   struct Seen {
     std::vector<std::pair<HangClock::time_point, double>> cpu;  ///< samples inside the window
   };
+  /// Records the samples; returns the newest output of any rank.
+  HangClock::time_point record(HangClock::time_point now, const std::vector<RankSample>& ranks);
+  /// The ranks with their CPU use over what was seen of the window.
+  Hang snapshot(HangClock::time_point now, HangClock::time_point last, const std::vector<RankSample>& ranks);
   std::chrono::milliseconds timeout_, window_;
   std::map<pid_t, Seen> seen_;
   std::optional<HangClock::time_point> reported_at_;  ///< the last output when the hang was reported
+  bool signalled_ = false;                            ///< on_signal reported this attempt's hang
 };
 
-/// What a rank is doing by its Python frames (innermost first): "in a collective", "in the store",
-/// "in a data loader", or "" when none of them.
+/// What a rank is doing by its frames (innermost first): "in a collective", "in the store",
+/// "waiting for the GPU" (native frames only), "in a data loader", or "" when none of them.
 std::string classify(const std::vector<std::string>& stack);
 
-/// Fills each rank's `doing` (from its stack, else "running" when busy, "blocked" when not) and
-/// returns the suspect's index in hang.ranks: the first rank that is neither in a collective nor in
-/// the store, busy ones first; nullopt when every rank waits in one.
+/// Fills each rank's `doing` (from its native stack where read, else its stack, else "running" when
+/// busy, "blocked" when not) and returns the suspect's index in hang.ranks: the first rank that
+/// waits neither in a collective, nor in the store, nor for the GPU, busy ones first; nullopt when
+/// every rank waits.
 std::optional<size_t> find_suspect(Hang& hang);
 
 /// py-spy's `dump --json` output as stacks: "thread NAME", then its frames, "name (file:line)",

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <sstream>
@@ -31,6 +33,7 @@ namespace {
 
 constexpr auto kTick = std::chrono::seconds(1);
 constexpr auto kStackTimeout = std::chrono::seconds(10);
+constexpr auto kOnDemandWindow = std::chrono::milliseconds(250);  ///< `dtlaunch stacks`'s CPU window
 constexpr int kMaxDescendants = 256;
 
 void add_descendants(pid_t pid, double tick_s, ProcUsage& usage, int& budget) {
@@ -44,25 +47,50 @@ void add_descendants(pid_t pid, double tick_s, ProcUsage& usage, int& budget) {
   }
 }
 
-/// One rank's stack by `reader` (py-spy or eu-stack), or why there is none.
-std::pair<std::vector<std::string>, std::string> stack_of(const std::string& reader, bool python, pid_t pid) {
+/// One rank's stacks by `reader` (py-spy or eu-stack), or why there are none.
+struct Stacks {
+  std::vector<std::string> stack, native;
+  std::string error;
+};
+
+/// Whether `pid` has CUDA's driver loaded: its waits for the GPU show only in native frames.
+bool uses_cuda(pid_t pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/libcuda.so") != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::optional<std::vector<std::string>> py_spy(const std::string& reader, pid_t pid, bool native) {
+  std::vector<std::string> args{reader, "dump", "--pid", std::to_string(pid), "--json"};
+  if (native) args.push_back("--native");
+  std::string text;
+  for (const auto& line : posix::run_program(args, kStackTimeout).lines) text += line + "\n";
+  auto stack = parse_py_spy(text);
+  if (stack && stack->empty()) return std::nullopt;
+  return stack;
+}
+
+Stacks stacks_of(const std::string& reader, bool python, pid_t pid) {
   if (reader.empty()) {
     return {{},
+            {},
             python ? "py-spy not found (pip install py-spy, or set DTLAUNCH_PY_SPY)"
                    : "eu-stack not found (apt install elfutils)"};
   }
-  const auto out = python ? posix::run_program({reader, "dump", "--pid", std::to_string(pid), "--json"}, kStackTimeout)
-                          : posix::run_program({reader, "-p", std::to_string(pid)}, kStackTimeout);
-  std::string text;
-  for (const auto& line : out.lines) text += line + "\n";
-  if (python) {
-    auto stack = parse_py_spy(text);
-    if (stack && !stack->empty()) return {*stack, ""};
-    return {{}, "py-spy could not read it (may it ptrace the worker? root, or CAP_SYS_PTRACE with Yama)"};
+  if (!python) {
+    auto stack = parse_eu_stack(posix::run_program({reader, "-p", std::to_string(pid)}, kStackTimeout).lines);
+    if (!stack.empty()) return {stack, {}, ""};
+    return {{}, {}, "eu-stack could not read it (may it ptrace the worker?)"};
   }
-  auto stack = parse_eu_stack(out.lines);
-  if (!stack.empty()) return {stack, ""};
-  return {{}, "eu-stack could not read it (may it ptrace the worker?)"};
+  auto stack = py_spy(reader, pid, false);
+  if (!stack) return {{}, {}, "py-spy could not read it (may it ptrace the worker? root, or CAP_SYS_PTRACE with Yama)"};
+  Stacks out{std::move(*stack), {}, ""};
+  // A CUDA rank whose Python frames say nothing may be waiting for the GPU: its native frames
+  // tell (about 1.6 s for a torch process, against 20 ms without).
+  if (classify(out.stack).empty() && uses_cuda(pid)) out.native = py_spy(reader, pid, true).value_or(out.native);
+  return out;
 }
 
 /// py-spy for Python workers (DTLAUNCH_PY_SPY, else PATH, else beside the workers' interpreter, as
@@ -79,6 +107,19 @@ std::string find_stack_reader(const LaunchPlan& plan) {
 }
 
 }  // namespace
+
+std::string nccl_timeout_cause(const std::string& value) {
+  std::optional<long> rank;
+  if (value.size() == sizeof(int32_t)) {
+    int32_t raw = 0;
+    std::memcpy(&raw, value.data(), sizeof raw);
+    rank = raw;
+  } else if (!value.empty() && value.size() < 10 && std::all_of(value.begin(), value.end(), ::isdigit)) {
+    rank = std::stol(value);
+  }
+  return (rank ? "rank " + std::to_string(*rank) + "'s" : std::string("a rank's")) +
+         " NCCL watchdog timed out a collective (exception_dump in the store)";
+}
 
 ProcUsage proc_usage(pid_t pid) {
   static const double tick_s = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
@@ -158,23 +199,52 @@ void HangWatcher::answer(std::shared_ptr<asio::local::stream_protocol::socket> p
     asio::async_write(*peer, asio::buffer(*kept), [peer, kept](const boost::system::error_code&, size_t) {});
   };
   if (reading_) return reply("dtlaunch: the stacks are being read for a hang's report: ask again in a moment\n");
-  Hang now;
-  for (const auto& p : probes_()) {
-    const auto usage = proc_usage(p.pid);
-    HungRank r;
-    r.rank = p.rank;
-    r.local_rank = p.local_rank;
-    r.pid = p.pid;
-    r.state = usage.state;
-    r.silent_s = std::chrono::duration<double>(HangClock::now() - p.last_output).count();
-    now.ranks.push_back(std::move(r));
-  }
-  if (now.ranks.empty()) return reply("dtlaunch: no rank runs now\n");
-  read_stacks(std::move(now), false, [this, reply](Hang hang) {
-    find_suspect(hang);  // fills what each rank is doing
-    reply("dtlaunch: the stacks of " + std::to_string(hang.ranks.size()) + " ranks on " + posix::host_name() +
-          " (pid " + std::to_string(::getpid()) + "):\n" + stacks_text(hang, posix::host_name(), how()));
+  const auto probes = probes_();
+  if (probes.empty()) return reply("dtlaunch: no rank runs now\n");
+  // Each rank's CPU use over a short window, so a spinning rank shows as running.
+  std::vector<ProcUsage> before;
+  for (const auto& p : probes) before.push_back(proc_usage(p.pid));
+  const auto from = HangClock::now();
+  auto timer = std::make_shared<asio::steady_timer>(io_, kOnDemandWindow);
+  timer->async_wait([this, timer, reply, probes, before, from, alive = alive_](const boost::system::error_code& ec) {
+    if (ec || !*alive) return;
+    if (reading_) return reply("dtlaunch: the stacks are being read for a hang's report: ask again in a moment\n");
+    const auto now = HangClock::now();
+    const double span = std::chrono::duration<double>(now - from).count();
+    Hang hang;
+    for (size_t i = 0; i < probes.size(); ++i) {
+      const auto usage = proc_usage(probes[i].pid);
+      HungRank r;
+      r.rank = probes[i].rank;
+      r.local_rank = probes[i].local_rank;
+      r.pid = probes[i].pid;
+      r.state = usage.state;
+      r.cpu_percent = span > 0 ? 100 * (usage.cpu_s - before[i].cpu_s) / span : 0;
+      r.busy = r.cpu_percent >= 20 && usage.state != 'D';
+      r.silent_s = std::chrono::duration<double>(now - probes[i].last_output).count();
+      hang.ranks.push_back(std::move(r));
+    }
+    read_stacks(std::move(hang), false, [this, reply](Hang read) {
+      find_suspect(read);  // fills what each rank is doing
+      reply("dtlaunch: the stacks of " + std::to_string(read.ranks.size()) + " ranks on " + posix::host_name() +
+            " (pid " + std::to_string(::getpid()) + "):\n" + stacks_text(read, posix::host_name(), how()));
+    });
   });
+}
+
+void HangWatcher::signal(std::string cause) {
+  if (!watching_) return;
+  if (reading_) {  // a reading for the silence's report is under way: after it
+    auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(200));
+    timer->async_wait([this, timer, cause, alive = alive_](const boost::system::error_code& ec) {
+      if (!ec && *alive) signal(cause);
+    });
+    return;
+  }
+  const auto probes = probes_();
+  if (auto hang = watch_.on_signal(HangClock::now(), samples(probes), std::move(cause))) {
+    read_stacks(std::move(*hang), true, [this, probes](Hang read) { report(std::move(read), probes); });
+  }
 }
 
 void HangWatcher::start(int attempt) {
@@ -197,16 +267,20 @@ void HangWatcher::tick() {
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || !watching_) return;
     auto probes = probes_();
-    std::vector<RankSample> samples;
-    for (const auto& p : probes) {
-      const auto usage = proc_usage(p.pid);
-      samples.push_back({p.rank, p.local_rank, p.pid, usage.state, usage.cpu_s, p.last_output});
-    }
-    if (auto hang = watch_.on_sample(HangClock::now(), samples); hang && !reading_) {
+    if (auto hang = watch_.on_sample(HangClock::now(), samples(probes)); hang && !reading_) {
       read_stacks(std::move(*hang), true, [this, probes](Hang read) { report(std::move(read), probes); });
     }
     tick();
   });
+}
+
+std::vector<RankSample> HangWatcher::samples(const std::vector<Probe>& probes) {
+  std::vector<RankSample> out;
+  for (const auto& p : probes) {
+    const auto usage = proc_usage(p.pid);
+    out.push_back({p.rank, p.local_rank, p.pid, usage.state, usage.cpu_s, p.last_output});
+  }
+  return out;
 }
 
 void HangWatcher::read_stacks(Hang hang, bool current, std::function<void(Hang)> done) {
@@ -215,9 +289,14 @@ void HangWatcher::read_stacks(Hang hang, bool current, std::function<void(Hang)>
   if (reader_.joinable()) reader_.join();
   reader_ = std::jthread([this, hang = std::move(hang), done = std::move(done), alive = alive_, current,
                           generation = generation_, reader = *stack_reader_, python = plan_.python_workers]() mutable {
-    std::vector<std::future<std::pair<std::vector<std::string>, std::string>>> reads;
-    for (const auto& r : hang.ranks) reads.push_back(std::async(std::launch::async, stack_of, reader, python, r.pid));
-    for (size_t i = 0; i < reads.size(); ++i) std::tie(hang.ranks[i].stack, hang.ranks[i].stack_error) = reads[i].get();
+    std::vector<std::future<Stacks>> reads;
+    for (const auto& r : hang.ranks) reads.push_back(std::async(std::launch::async, stacks_of, reader, python, r.pid));
+    for (size_t i = 0; i < reads.size(); ++i) {
+      auto read = reads[i].get();
+      hang.ranks[i].stack = std::move(read.stack);
+      hang.ranks[i].native = std::move(read.native);
+      hang.ranks[i].stack_error = std::move(read.error);
+    }
     if (!*alive) return;
     asio::post(io_, [this, hang = std::move(hang), done = std::move(done), alive, current, generation]() mutable {
       if (!*alive) return;
@@ -256,8 +335,10 @@ void HangWatcher::report(Hang hang, const std::vector<Probe>& probes) {
   }
   Failure f = describe_failure(r.local_rank, r.rank, r.pid, 1 << 8, std::chrono::system_clock::now(), error_file);
   if (f.error_file == "<N/A>") {
-    f.message = "hang: no rank printed for " + std::to_string(static_cast<long>(hang.silent_s)) + " s (" +
-                (suspect ? "suspect: " + r.doing : std::string("no suspect on this node")) + ")";
+    f.message = "hang: " +
+                (hang.cause.empty() ? "no rank printed for " + std::to_string(static_cast<long>(hang.silent_s)) + " s"
+                                    : hang.cause) +
+                " (" + (suspect ? "suspect: " + r.doing : std::string("no suspect on this node")) + ")";
   }
   fail_(f);
 }

@@ -1,9 +1,10 @@
 // The watch for hangs over one node's workers (launcher/hang_watch.h decides): once a second it
 // reads each rank's state and CPU time, with its children's, from /proc, and the time of its last
-// output; once the job counts as hung it reads every rank's stack (py-spy for Python, eu-stack for
-// others) on a thread of its own, so supervision goes on meanwhile, then prints the report, writes
-// it as JSON into the run's log folder, and with --on_hang=fail hands the suspect's failure back.
-// It also answers `dtlaunch stacks` (launcher/stacks_socket.h) with every rank's stack now.
+// output; once the job counts as hung, or signal() says so, it reads every rank's stack (py-spy for
+// Python, with native frames for CUDA ranks it cannot place; eu-stack for others) on a thread of its own, so
+// supervision goes on meanwhile, then prints the report, writes it as JSON into the run's log folder, and with
+// --on_hang=fail hands the suspect's failure back. It also answers `dtlaunch stacks` (launcher/stacks_socket.h) with
+// every rank's stack now.
 #pragma once
 
 #include <sys/types.h>
@@ -45,11 +46,15 @@ class HangWatcher {
   /// Watches a new attempt (`attempt`: its restart count); does nothing with --hang_timeout=0.
   void start(int attempt);
   void stop();
+  /// The job hangs by another's word (`cause`: torch's NCCL watchdog timed out a collective): the
+  /// report now, once per attempt, and with --on_hang=fail the suspect's failure.
+  void signal(std::string cause);
   /// Whether a report went into the log folder (which is then worth keeping).
   bool wrote_report() const { return wrote_report_; }
 
  private:
   void tick();
+  static std::vector<RankSample> samples(const std::vector<Probe>& probes);
   /// Reads every rank's stack into `hang` on the reader thread, then runs `done` on the event loop
   /// (not after stop() or a new attempt, when `current` is set).
   void read_stacks(Hang hang, bool current, std::function<void(Hang)> done);
@@ -79,6 +84,10 @@ class HangWatcher {
   std::shared_ptr<bool> alive_;
   std::jthread reader_;
 };
+
+/// The hang's cause from exception_dump's value: the global rank whose NCCL watchdog timed out, as
+/// torch writes it (4 bytes, the int32 as it lies in memory), or as text.
+std::string nccl_timeout_cause(const std::string& value);
 
 /// /proc/PID/stat's state, and the CPU seconds of the process and its live descendants.
 struct ProcUsage {

@@ -44,6 +44,7 @@ class Supervisor final : public Runner {
       posix::raise_fd_limit();
       store_.emplace(io_);
       store_->serve(store::listen_on(io_, plan_.group.master_addr, plan_.group.master_port));
+      group_.watch_store(*store_);
     } catch (const std::runtime_error& e) {
       throw ErrorException(Error{e.what(), 2});
     }

@@ -29,6 +29,7 @@
 #include "base/posix.h"
 #include "launcher/spawn.h"
 #include "launcher/worker_env.h"
+#include "store/server.h"
 
 extern char** environ;
 
@@ -545,6 +546,14 @@ void WorkerGroup::kill() { impl_->run_stop({{SIGKILL, std::chrono::milliseconds(
 void WorkerGroup::reap() { impl_->reap(); }
 void WorkerGroup::pass_on(int sig) { impl_->signal_workers(sig); }
 bool WorkerGroup::active() const { return impl_->phase != Impl::Phase::idle; }
+void WorkerGroup::watch_store(store::Server& store) {
+  store.watch("exception_dump", [this](const std::string& value) {
+    // After the store has answered the request that set it: the report reads stacks and may stop
+    // the group, neither of which belongs inside the store's handler.
+    asio::post(impl_->io, [this, cause = nccl_timeout_cause(value)] { impl_->watcher.signal(cause); });
+  });
+}
+
 bool WorkerGroup::wrote_log_files() const { return impl_->wrote_files || impl_->watcher.wrote_report(); }
 
 }  // namespace dtl::launcher

@@ -13,6 +13,10 @@
 #include "launcher/orphan_guard.h"
 #include "launcher/plan.h"
 
+namespace dtl::store {
+class Server;
+}
+
 namespace dtl::launcher {
 
 class WorkerGroup final : public Group {
@@ -32,6 +36,9 @@ class WorkerGroup final : public Group {
   bool active() const override;
   /// Collects exited children; call on every SIGCHLD.
   void reap();
+  /// Takes torch's word in `store` that a collective timed out (NCCL's watchdog sets exception_dump)
+  /// as a hang (HangWatcher::signal). The store must outlive the group.
+  void watch_store(store::Server& store);
   /// Whether any worker output went to per-rank files (the log directory is worth keeping).
   bool wrote_log_files() const;
 

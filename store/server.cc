@@ -130,6 +130,15 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   bool stopped = false;
   std::vector<Request> requests;  ///< reused between reads
   std::vector<Outgoing> outgoing;
+  std::vector<std::pair<std::string, std::function<void(const std::string&)>>> watches;  ///< Server::watch's
+
+  /// The watch for `key`: its name, under any prefix ("/exception_dump" from torch's TCPStore).
+  const std::function<void(const std::string&)>* watcher(const std::string& key) const {
+    for (const auto& [name, fn] : watches) {
+      if (key.ends_with(name) && (key.size() == name.size() || key[key.size() - name.size() - 1] == '/')) return &fn;
+    }
+    return nullptr;
+  }
 
   /// The loop calls these only until close(), which stops it: `this` is alive.
   void serve(tcp::acceptor acceptor) {
@@ -186,12 +195,16 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     auto err = c->decoder.feed(data, n, requests);
     for (auto& r : requests) {
       outgoing.clear();
+      // handle() moves the value into the store: a watched one is copied first.
+      const std::function<void(const std::string&)>* watch = r.op == Op::set ? watcher(r.keys.front()) : nullptr;
+      const std::string watched = watch ? r.values.front() : std::string();
       auto refused = state.handle(c->id, r, outgoing);
       for (auto& o : outgoing) send(o.to, std::move(o.bytes));
       if (refused) {
         drop(c, *refused);
         return false;
       }
+      if (watch) (*watch)(watched);
       if (c->closed) return false;
     }
     if (err) {
@@ -281,6 +294,12 @@ void Server::serve(tcp::acceptor acceptor) { impl_->serve(std::move(acceptor)); 
 void Server::adopt(tcp::socket socket, const asio::ip::address& peer, std::vector<uint8_t> first_bytes) {
   if (impl_->stopped) return;
   impl_->add(std::move(socket), peer, first_bytes);
+}
+
+void Server::watch(std::string key, std::function<void(const std::string&)> fn) {
+  auto& watches = impl_->watches;
+  std::erase_if(watches, [&](const auto& w) { return w.first == key; });
+  watches.emplace_back(std::move(key), std::move(fn));
 }
 
 void Server::reset() {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,10 @@ class Server {
   void reset();
   /// Stops accepting and closes every connection.
   void close();
+  /// Calls `fn` with the value each time a client sets `key`, under any prefix: torch's clients
+  /// put "/" before every key, and its PrefixStores more (torch's NCCL watchdog sets
+  /// /exception_dump when a collective timed out). One watch per key; the latest wins.
+  void watch(std::string key, std::function<void(const std::string& value)> fn);
 
   int port() const;  ///< of serve()'s acceptor; 0 before
   const ServerOptions& options() const;  ///< as given, with the caps of 0 worked out

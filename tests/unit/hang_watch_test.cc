@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "launcher/hang_watch.h"
+#include "launcher/hang_watcher.h"
 
 using namespace dtl::launcher;
 using namespace std::chrono_literals;
@@ -81,6 +82,10 @@ TEST_CASE("hang watch: what a stack says a rank does") {
                   "_get_data (torch/utils/data/dataloader.py:1285)", "main (train.py:9)"}) == "in a data loader");
   CHECK(classify({"thread MainThread (7)", "get (torch/distributed/elastic/utils/store.py:30)"}) == "in the store");
   CHECK(classify({"thread MainThread (7)", "stuck (hang.py:7)", "main (hang.py:12)"}).empty());
+  // a script's own file names say nothing, whatever they are called
+  CHECK(classify({"thread MainThread (7)", "stuck_in_data_loader (nccl_hang.py:42)", "<module> (nccl_hang.py:51)"})
+            .empty());
+  CHECK(classify({"thread MainThread (7)", "restore (my_store.py:3)", "main (processgroup_test.py:9)"}).empty());
   // the main thread speaks for the rank, whatever the others do
   CHECK(classify({"thread pin_memory (8)", "all_reduce (torch/distributed/distributed_c10d.py:1)", "",
                   "thread MainThread (7)", "stuck (hang.py:7)"})
@@ -88,6 +93,70 @@ TEST_CASE("hang watch: what a stack says a rank does") {
   // native frames (eu-stack)
   CHECK(classify({"thread 7", "__futex_abstimed_wait_common", "gloo::transport::tcp::UnboundBuffer::waitRecv"}) ==
         "in a collective");
+  // py-spy --native on a rank whose NCCL collective never ends: it spins in .item()'s synchronisation
+  CHECK(classify({"thread MainThread", "clock_gettime (libc.so.6:0)", "0x7fa4526cc5c4 (libcuda.so.580.159.04:0)",
+                  "cuStreamSynchronize (libcuda.so.580.159.04:0)", "cudaStreamSynchronize (libcudart.so.13:0)",
+                  "at::native::_local_scalar_dense_cuda (libtorch_cuda.so:0)",
+                  "torch::autograd::THPVariable_item (libtorch_python.so:0)", "<module> (nccl_hang.py:52)"}) ==
+        "waiting for the GPU");
+  CHECK(classify({"thread MainThread", "cudaDeviceSynchronize (libcudart.so.13:0)",
+                  "synchronize (torch/cuda/__init__.py:1)"}) == "waiting for the GPU");
+}
+
+TEST_CASE("hang watch: a rank waiting for the GPU is no suspect, though it spins") {
+  // The NCCL hang on an H200: rank 0 spins at 200 % in cuStreamSynchronize behind its all_reduce,
+  // rank 1 sleeps in its own function. Python frames alone made rank 0 the suspect.
+  Hang h{11, {}, ""};
+  HungRank waiting{
+      0,
+      0,
+      513,
+      'R',
+      200,
+      11,
+      true,
+      "",
+      {"thread MainThread", "<module> (nccl_hang.py:52)"},
+      "",
+      {"thread MainThread", "cuStreamSynchronize (libcuda.so.580.159.04:0)", "<module> (nccl_hang.py:52)"}};
+  HungRank sleeping{1, 1, 514, 'S', 0, 11, false, "", {"thread MainThread", "stuck_in_data_loader (nccl_hang.py:41)"},
+                    ""};
+  h.ranks = {waiting, sleeping};
+  CHECK(find_suspect(h) == 1u);
+  CHECK(h.ranks[0].doing == "waiting for the GPU");
+  CHECK(h.ranks[1].doing == "blocked");
+  // without the native frames it looks like a rank computing while the other waits
+  h.ranks[0].native.clear();
+  CHECK(find_suspect(h) == 0u);
+}
+
+TEST_CASE("hang watch: a signalled hang is reported at once, once an attempt, and silences the silence rule") {
+  HangWatch w(10s);
+  // every rank busy: the silence rule never fires
+  CHECK(watch(w, 0, 20, 1.0, 2.0).empty());
+  std::vector<RankSample> ranks{{0, 0, 100, 'R', 21.0, t0}, {1, 1, 101, 'R', 42.0, t0}};
+  auto h = w.on_signal(t0 + 21s, ranks, "rank 0's NCCL watchdog timed out a collective");
+  REQUIRE(h);
+  CHECK(h->cause == "rank 0's NCCL watchdog timed out a collective");
+  REQUIRE(h->ranks.size() == 2);
+  CHECK(h->ranks[1].busy);
+  CHECK(h->ranks[1].cpu_percent == Approx(200));
+  CHECK(h->silent_s == Approx(21));
+  CHECK_FALSE(w.on_signal(t0 + 22s, ranks, "again"));
+  // the ranks' own reports of the timeout are output, not the end of the hang
+  CHECK(watch(w, 22, 60, 0.0, 0.0, t0 + 22s).empty());
+  w.reset();
+  CHECK(w.on_signal(t0 + 61s, ranks, "a new attempt's"));
+  const auto text = hang_report(*h, std::nullopt, "node-a", "py-spy", 10);
+  CHECK(text.starts_with("dtlaunch: hang: rank 0's NCCL watchdog timed out a collective\n"));
+}
+
+TEST_CASE("hang watch: exception_dump's value names the rank whose watchdog fired") {
+  CHECK(nccl_timeout_cause(std::string("\x03\0\0\0", 4)) ==
+        "rank 3's NCCL watchdog timed out a collective (exception_dump in the store)");
+  CHECK(nccl_timeout_cause("12").starts_with("rank 12's"));
+  CHECK(nccl_timeout_cause("").starts_with("a rank's"));
+  CHECK(nccl_timeout_cause("not a rank").starts_with("a rank's"));
 }
 
 TEST_CASE("hang watch: the suspect is the rank not waiting with the others, a spinning one first") {

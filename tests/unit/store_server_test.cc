@@ -170,3 +170,29 @@ TEST_CASE("store server: serve() after close() takes no client, also once the se
   knock(port);  // the server is gone: nothing may touch what it held (ASan: heap-use-after-free)
   io.run_for(200ms);
 }
+
+TEST_CASE("store server: a watched key's value reaches the watch, under any prefix, after the store has it") {
+  asio::io_context io;
+  Server server(io);
+  server.serve(listen_on(io, "127.0.0.1", 0));
+  std::vector<std::string> seen;
+  server.watch("exception_dump", [&](const std::string& value) {
+    seen.push_back(value);
+    CHECK(server.state().keys() >= 1);  // set already
+  });
+  std::atomic<int> done{0};
+  std::thread client([&] {
+    // torch's TCPStore puts "/" before every key, a PrefixStore more; other keys are not watched
+    for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+             {"/exception_dump", std::string("\x01\0\0\0", 4)},
+             {"/worker/attempt_0/exception_dump", "3"},
+             {"/not_exception_dump", "x"},
+             {"/exception_dump/x", "y"}}) {
+      exchange(server.port(), set_then_get(key, value), 4 + value.size());
+    }
+    done = 1;
+  });
+  run_until(io, [&] { return done.load() == 1; }, 10000ms);
+  client.join();
+  CHECK(seen == std::vector<std::string>{std::string("\x01\0\0\0", 4), "3"});
+}
