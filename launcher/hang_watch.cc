@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -212,6 +213,46 @@ std::optional<std::vector<std::string>> parse_py_spy(const std::string& json) {
   return out;
 }
 
+namespace {
+
+/// A Python file as py-spy shortens it: what follows site-packages/ or pythonX.Y/, else its name.
+std::string short_python_file(const std::string& path) {
+  for (const char* root : {"/site-packages/", "/dist-packages/"}) {
+    if (auto at = path.rfind(root); at != std::string::npos) return path.substr(at + std::strlen(root));
+  }
+  if (auto at = path.rfind("/lib/python3"); at != std::string::npos) {
+    if (auto slash = path.find('/', at + 12); slash != std::string::npos) return path.substr(slash + 1);
+  }
+  return path.substr(path.rfind('/') + 1);
+}
+
+}  // namespace
+
+std::vector<std::string> parse_faulthandler(const std::string& text) {
+  std::vector<std::string> out;
+  int threads = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("Thread 0x") || line.starts_with("Current thread 0x")) {
+      if (!out.empty()) out.emplace_back();
+      out.push_back(line.starts_with("Current") ? "thread MainThread" : "thread " + std::to_string(++threads));
+      continue;
+    }
+    // '  File "/w/hang.py", line 9 in stuck'
+    const auto file = line.find("File \"");
+    const auto line_at = line.rfind("\", line ");
+    const auto in = line.rfind(" in ");
+    if (out.empty() || file == std::string::npos || line_at == std::string::npos || in == std::string::npos ||
+        in < line_at) {
+      continue;
+    }
+    const std::string path = line.substr(file + 6, line_at - file - 6);
+    const std::string number = line.substr(line_at + 8, in - line_at - 8);
+    out.push_back(line.substr(in + 4) + " (" + short_python_file(path) + ":" + number + ")");
+  }
+  return out;
+}
+
 std::vector<std::string> parse_eu_stack(const std::vector<std::string>& lines) {
   std::vector<std::string> out;
   int threads = 0;
@@ -240,10 +281,17 @@ std::string stacks_text(const Hang& hang, const std::string& host, const std::st
     out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6.1f} {:>7.0f}s  {}\n", r.rank, host, r.pid,
                        std::string(1, r.state), r.cpu_percent, r.silent_s, r.doing);
   }
+  // Which tools read the stacks: when more than one, each block says its own.
+  std::vector<std::string> tools;
+  for (const auto& r : hang.ranks) {
+    const std::string& by = r.stack_by.empty() ? how : r.stack_by;
+    if (!r.stack.empty() && std::find(tools.begin(), tools.end(), by) == tools.end()) tools.push_back(by);
+  }
   // Ranks with the same stack are one block: 64 ranks in all_reduce take one.
   std::vector<std::pair<std::string, std::vector<int>>> blocks;
   for (const auto& r : hang.ranks) {
     std::string text;
+    if (tools.size() > 1 && !r.stack.empty()) text = "    (read by " + (r.stack_by.empty() ? how : r.stack_by) + ")\n";
     if (r.stack.empty()) {
       text = "    (no stack: " + (r.stack_error.empty() ? std::string("not read") : r.stack_error) + ")\n";
     }
@@ -258,7 +306,7 @@ std::string stacks_text(const Hang& hang, const std::string& host, const std::st
       it->second.push_back(r.rank);
     }
   }
-  out += "  stacks (" + how + "):\n";
+  out += "  stacks (" + (tools.empty() ? how : text::join(tools, ", ")) + "):\n";
   for (const auto& [text, ranks] : blocks) {
     out += (ranks.size() == 1 ? "  rank " : "  ranks ") + ranges(ranks) + ":\n" + text;
   }
@@ -304,9 +352,10 @@ std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, co
     const auto& r = hang.ranks[i];
     out += fmt::format(
         "{}{{\"rank\": {}, \"local_rank\": {}, \"pid\": {}, \"state\": {}, \"cpu_percent\": {:.1f}, "
-        "\"silent_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"stack_error\": {}, \"stack\": [",
+        "\"silent_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"stack_error\": {}, \"stack_by\": {}, \"stack\": [",
         i ? ", " : "", r.rank, r.local_rank, r.pid, json_string(std::string(1, r.state)), r.cpu_percent, r.silent_s,
-        r.busy ? "true" : "false", json_string(r.doing), json_string(r.stack_error));
+        r.busy ? "true" : "false", json_string(r.doing), json_string(r.stack_error),
+        json_string(r.stack_by.empty() ? how : r.stack_by));
     for (size_t j = 0; j < r.stack.size(); ++j) out += (j ? ", " : "") + json_string(r.stack[j]);
     out += "], \"native\": [";
     for (size_t j = 0; j < r.native.size(); ++j) out += (j ? ", " : "") + json_string(r.native[j]);

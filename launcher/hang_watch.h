@@ -45,6 +45,7 @@ struct HungRank {
   std::vector<std::string> stack;   ///< "function (file:line)", innermost first, threads apart by ""
   std::string stack_error;          ///< why there is no stack
   std::vector<std::string> native;  ///< the same with native frames, where they were read (CUDA ranks)
+  std::string stack_by;             ///< the tool that read it, where it is not the report's own
 };
 
 struct Hang {
@@ -97,6 +98,11 @@ std::optional<size_t> find_suspect(Hang& hang);
 /// py-spy's `dump --json` output as stacks: "thread NAME", then its frames, "name (file:line)",
 /// innermost first, threads apart by an empty line. nullopt when it is not py-spy's JSON.
 std::optional<std::vector<std::string>> parse_py_spy(const std::string& json);
+/// faulthandler's dump (Python's own, from a signal: "Thread 0x... (most recent call first):", then
+/// `  File "PATH", line N in FUNC`) the same way: the thread that took the signal, which dtlaunch
+/// sends to the main thread, is "thread MainThread", the others "thread 1", "thread 2"... in order.
+/// Empty when it holds no thread.
+std::vector<std::string> parse_faulthandler(const std::string& text);
 /// eu-stack's output the same way ("#0  0x... function" lines), threads named 1, 2, ... in order.
 std::vector<std::string> parse_eu_stack(const std::vector<std::string>& lines);
 

@@ -1,6 +1,13 @@
 #include "launcher/hang_watcher.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +58,7 @@ void add_descendants(pid_t pid, double tick_s, ProcUsage& usage, int& budget) {
 struct Stacks {
   std::vector<std::string> stack, native;
   std::string error;
+  std::string by;  ///< "faulthandler" where that read it
 };
 
 /// Whether `pid` has CUDA's driver loaded: its waits for the GPU show only in native frames.
@@ -72,21 +80,129 @@ std::optional<std::vector<std::string>> py_spy(const std::string& reader, pid_t 
   return stack;
 }
 
-Stacks stacks_of(const std::string& reader, bool python, pid_t pid) {
+/// Where ptrace is not allowed, the workers' Python registers faulthandler on this signal (a
+/// real-time one: SIGUSR1 and SIGUSR2 belong to Slurm's --signal and the training script).
+int stacks_signal() { return SIGRTMIN + 6; }
+
+/// On the workers' PYTHONPATH where ptrace is not allowed: faulthandler dumps every thread into
+/// DTLAUNCH_STACKS_FILE on DTLAUNCH_STACKS_SIGNAL, then the next sitecustomize on the path runs as
+/// if this one were not there.
+constexpr const char* kSiteCustomize = R"(# Written by dtlaunch: stacks without ptrace (see dtlaunch's docs, hangs).
+import os
+import sys
+
+
+def _dtlaunch_register():
+    signum, path = os.environ.get("DTLAUNCH_STACKS_SIGNAL"), os.environ.get("DTLAUNCH_STACKS_FILE")
+    if signum and path:
+        import faulthandler
+        faulthandler.register(int(signum), file=open(path, "a"), all_threads=True, chain=False)
+
+
+def _dtlaunch_next_sitecustomize():
+    import importlib.machinery
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+
+
+try:
+    _dtlaunch_register()
+except Exception as e:  # a worker runs without it rather than not at all
+    print(f"dtlaunch: no stacks on a signal for this worker: {e}", file=sys.stderr)
+_dtlaunch_next_sitecustomize()
+)";
+
+/// Why a stack reader, a child of dtlaunch as py-spy is, may not read a worker, another child with
+/// dtlaunch named its ptracer; "" when it may (or when it cannot be told).
+std::string ptrace_denied() {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) return "";
+  const pid_t parent = getpid();
+  const pid_t target = fork();
+  if (target == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_PTRACER, parent, 0, 0, 0);
+    ssize_t ignored = write(ready[1], "r", 1);
+    (void)ignored;
+    for (;;) pause();
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  const bool started = target > 0 && posix::retry_eintr([&] { return ::read(ready[0], &byte, 1); }) == 1;
+  ::close(ready[0]);
+  int err = 0;
+  if (started) {
+    static int probe = 42;  // at the same address in the target, a fork of this process
+    const pid_t prober = fork();
+    if (prober == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int seen = 0;
+      iovec local{&seen, sizeof seen}, remote{&probe, sizeof probe};
+      if (ptrace(PTRACE_SEIZE, target, nullptr, nullptr) != 0) _exit(errno & 0xff);
+      if (process_vm_readv(target, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof seen)) _exit(errno & 0xff);
+      _exit(0);
+    }
+    int status = 0;
+    if (prober > 0 && posix::retry_eintr([&] { return ::waitpid(prober, &status, 0); }) == prober &&
+        WIFEXITED(status)) {
+      err = WEXITSTATUS(status);
+    }
+  }
+  if (target > 0) {
+    ::kill(target, SIGKILL);
+    posix::retry_eintr([&] { return ::waitpid(target, nullptr, 0); });
+  }
+  return err ? std::string(strerrordesc_np(err)) : "";
+}
+
+/// The rank's stack from faulthandler: the signal to its main thread, then what it appended to its
+/// file. nullopt when nothing came within a second.
+std::optional<std::vector<std::string>> faulthandler_stack(pid_t pid, const std::string& file) {
+  struct stat st {};
+  const off_t before = ::stat(file.c_str(), &st) == 0 ? st.st_size : 0;
+  if (::syscall(SYS_tgkill, pid, pid, stacks_signal()) != 0) return std::nullopt;
+  off_t seen = before;
+  // faulthandler writes in its signal handler, a few writes per frame: done once the size holds.
+  for (int i = 0; i < 100; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const off_t now = ::stat(file.c_str(), &st) == 0 ? st.st_size : 0;
+    if (now > before && now == seen) break;
+    seen = now;
+  }
+  if (seen <= before) return std::nullopt;
+  const std::string text = posix::read_small_file(file, 16 << 20);
+  auto stack = parse_faulthandler(text.substr(std::min<size_t>(text.size(), static_cast<size_t>(before))));
+  if (stack.empty()) return std::nullopt;
+  return stack;
+}
+
+Stacks stacks_of(const std::string& reader, bool python, pid_t pid, const std::string& fallback_file) {
+  if (!fallback_file.empty()) {  // no ptrace here: the rank's own faulthandler
+    if (auto stack = faulthandler_stack(pid, fallback_file)) return {std::move(*stack), {}, "", "faulthandler"};
+    return {{}, {}, "faulthandler did not answer the signal (a Python started with dtlaunch's PYTHONPATH?)", ""};
+  }
   if (reader.empty()) {
     return {{},
             {},
             python ? "py-spy not found (pip install py-spy, or set DTLAUNCH_PY_SPY)"
-                   : "eu-stack not found (apt install elfutils)"};
+                   : "eu-stack not found (apt install elfutils)",
+            ""};
   }
   if (!python) {
     auto stack = parse_eu_stack(posix::run_program({reader, "-p", std::to_string(pid)}, kStackTimeout).lines);
-    if (!stack.empty()) return {stack, {}, ""};
-    return {{}, {}, "eu-stack could not read it (may it ptrace the worker?)"};
+    if (!stack.empty()) return {stack, {}, "", ""};
+    return {{}, {}, "eu-stack could not read it (may it ptrace the worker?)", ""};
   }
   auto stack = py_spy(reader, pid, false);
-  if (!stack) return {{}, {}, "py-spy could not read it (may it ptrace the worker? root, or CAP_SYS_PTRACE with Yama)"};
-  Stacks out{std::move(*stack), {}, ""};
+  if (!stack)
+    return {{}, {}, "py-spy could not read it (may it ptrace the worker? root, or CAP_SYS_PTRACE with Yama)", ""};
+  Stacks out{std::move(*stack), {}, "", ""};
   // A CUDA rank whose Python frames say nothing may be waiting for the GPU: its native frames
   // tell (about 1.6 s for a torch process, against 20 ms without).
   if (classify(out.stack).empty() && uses_cuda(pid)) out.native = py_spy(reader, pid, true).value_or(out.native);
@@ -146,6 +262,37 @@ HangWatcher::HangWatcher(asio::io_context& io, Console& console, const LaunchPla
       acceptor_(io),
       alive_(std::make_shared<bool>(true)) {
   listen();
+  if (plan.hang_timeout_s <= 0 || !plan.python_workers) return;
+  no_ptrace_ = ptrace_denied();
+  if (no_ptrace_.empty()) return;
+  const auto dir = logs.path() / "python";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (auto why = config::write_file_atomically((dir / "sitecustomize.py").string(), kSiteCustomize); !why.empty()) {
+    spdlog::warn("no stacks of hung ranks: ptrace is not allowed here ({}), and {}", no_ptrace_, why);
+    no_ptrace_.clear();
+    return;
+  }
+  site_dir_ = dir.string();
+  spdlog::info(
+      "ptrace is not allowed here ({}): a hung rank's stack comes from Python's faulthandler, which the "
+      "workers register on signal {} (sitecustomize.py in {}, first on their PYTHONPATH)",
+      no_ptrace_, stacks_signal(), site_dir_);
+}
+
+EnvPairs HangWatcher::worker_variables(const std::string& stacks_file,
+                                       const std::optional<std::string>& python_path) const {
+  if (site_dir_.empty()) return {};
+  return {{"PYTHONPATH", python_path && !python_path->empty() ? site_dir_ + ":" + *python_path : site_dir_},
+          {"DTLAUNCH_STACKS_SIGNAL", std::to_string(stacks_signal())},
+          {"DTLAUNCH_STACKS_FILE", stacks_file}};
+}
+
+std::map<pid_t, std::string> HangWatcher::stacks_files() const {
+  std::map<pid_t, std::string> files;
+  if (site_dir_.empty()) return files;
+  for (const auto& p : probes_()) files[p.pid] = p.stacks_file;
+  return files;
 }
 
 HangWatcher::~HangWatcher() {
@@ -288,14 +435,19 @@ void HangWatcher::read_stacks(Hang hang, bool current, std::function<void(Hang)>
   if (!stack_reader_) stack_reader_ = find_stack_reader(plan_);
   if (reader_.joinable()) reader_.join();
   reader_ = std::jthread([this, hang = std::move(hang), done = std::move(done), alive = alive_, current,
-                          generation = generation_, reader = *stack_reader_, python = plan_.python_workers]() mutable {
+                          generation = generation_, reader = *stack_reader_, python = plan_.python_workers,
+                          files = stacks_files()]() mutable {
     std::vector<std::future<Stacks>> reads;
-    for (const auto& r : hang.ranks) reads.push_back(std::async(std::launch::async, stacks_of, reader, python, r.pid));
+    for (const auto& r : hang.ranks) {
+      const std::string fallback = files.contains(r.pid) ? files.at(r.pid) : "";
+      reads.push_back(std::async(std::launch::async, stacks_of, reader, python, r.pid, fallback));
+    }
     for (size_t i = 0; i < reads.size(); ++i) {
       auto read = reads[i].get();
       hang.ranks[i].stack = std::move(read.stack);
       hang.ranks[i].native = std::move(read.native);
       hang.ranks[i].stack_error = std::move(read.error);
+      hang.ranks[i].stack_by = std::move(read.by);
     }
     if (!*alive) return;
     asio::post(io_, [this, hang = std::move(hang), done = std::move(done), alive, current, generation]() mutable {
@@ -307,6 +459,7 @@ void HangWatcher::read_stacks(Hang hang, bool current, std::function<void(Hang)>
 }
 
 std::string HangWatcher::how() const {
+  if (!site_dir_.empty()) return "faulthandler";
   if (!stack_reader_ || stack_reader_->empty()) return "none";
   return plan_.python_workers ? "py-spy" : "eu-stack";
 }

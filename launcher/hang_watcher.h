@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 
 #include "base/failure.h"
 #include "launcher/hang_watch.h"
+#include "launcher/worker_env.h"
 
 namespace dtl::launcher {
 
@@ -36,7 +38,8 @@ class HangWatcher {
     int local_rank = 0;
     pid_t pid = 0;
     HangClock::time_point last_output;
-    std::string error_file;  ///< its TORCHELASTIC_ERROR_FILE, read for the failure's traceback
+    std::string error_file;   ///< its TORCHELASTIC_ERROR_FILE, read for the failure's traceback
+    std::string stacks_file;  ///< its DTLAUNCH_STACKS_FILE, where ptrace is not allowed
   };
   /// `probes`: the running workers now. `fail`: with --on_hang=fail, the suspect's failure.
   HangWatcher(boost::asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
@@ -49,6 +52,11 @@ class HangWatcher {
   /// The job hangs by another's word (`cause`: torch's NCCL watchdog timed out a collective): the
   /// report now, once per attempt, and with --on_hang=fail the suspect's failure.
   void signal(std::string cause);
+  /// What a worker's environment gains where ptrace is not allowed here (a probe at start says):
+  /// PYTHONPATH led by the folder of dtlaunch's sitecustomize.py, which registers faulthandler on a
+  /// signal that dumps every thread into `stacks_file`. Empty elsewhere. `python_path`: the
+  /// worker's PYTHONPATH otherwise.
+  EnvPairs worker_variables(const std::string& stacks_file, const std::optional<std::string>& python_path) const;
   /// Whether a report went into the log folder (which is then worth keeping).
   bool wrote_report() const { return wrote_report_; }
 
@@ -59,7 +67,8 @@ class HangWatcher {
   /// (not after stop() or a new attempt, when `current` is set).
   void read_stacks(Hang hang, bool current, std::function<void(Hang)> done);
   void report(Hang hang, const std::vector<Probe>& probes);
-  std::string how() const;  ///< which tool reads the stacks
+  std::string how() const;                            ///< which tool reads the stacks
+  std::map<pid_t, std::string> stacks_files() const;  ///< each rank's faulthandler file, where ptrace is not allowed
   void listen();
   void accept();
   void answer(std::shared_ptr<boost::asio::local::stream_protocol::socket> peer);
@@ -79,6 +88,8 @@ class HangWatcher {
   bool wrote_report_ = false;
   unsigned generation_ = 0;                  ///< a stack reading from an earlier attempt is dropped
   std::optional<std::string> stack_reader_;  ///< found at the first hang; "" when there is none
+  std::string no_ptrace_;                    ///< why a stack reader may not read the workers here; "" when it may
+  std::string site_dir_;                     ///< the folder of dtlaunch's sitecustomize.py, where ptrace is not allowed
   boost::asio::local::stream_protocol::acceptor acceptor_;
   std::string socket_path_;  ///< `dtlaunch stacks`'s way in; "" when it could not be made
   std::shared_ptr<bool> alive_;

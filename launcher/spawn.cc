@@ -74,6 +74,10 @@ void write_stderr(std::initializer_list<const char*> parts) {
 [[noreturn]] void exec_child(const SpawnSpec& spec, pid_t parent, bool in_cgroup, char* const* argv,
                              char* const* envp, const std::vector<unsigned long>& cpu_mask) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
+  // Yama's ptrace_scope 1 (Ubuntu's default) lets only a process's ancestors trace it; py-spy and
+  // eu-stack, which read a hung worker's stack, are dtlaunch's children, the worker's siblings.
+  // Naming dtlaunch the worker's ptracer lets them. Without Yama this fails and nothing is needed.
+  prctl(PR_SET_PTRACER, parent, 0, 0, 0);
   if (!in_cgroup && spec.cgroup_procs_fd >= 0) {
     ssize_t ignored = write(spec.cgroup_procs_fd, "0", 1);  // where it fails, the guard's fallback
     (void)ignored;

@@ -98,6 +98,7 @@ struct WorkerGroup::Impl {
     bool signalled = false;  ///< dtlaunch asked it to stop: its exit is not a failure
     HangClock::time_point last_output;  ///< or its start: what the hang watch counts silence from
     std::string error_file;
+    std::string stacks_file;  ///< DTLAUNCH_STACKS_FILE, where ptrace is not allowed
     Stream out, err;
   };
 
@@ -210,7 +211,7 @@ struct WorkerGroup::Impl {
   std::vector<HangWatcher::Probe> probes() const {
     std::vector<HangWatcher::Probe> out;
     for (const auto& w : workers) {
-      if (w->running) out.push_back({w->rank, w->local_rank, w->pid, w->last_output, w->error_file});
+      if (w->running) out.push_back({w->rank, w->local_rank, w->pid, w->last_output, w->error_file, w->stacks_file});
     }
     return out;
   }
@@ -245,9 +246,10 @@ struct WorkerGroup::Impl {
     for (int which : {1, 2}) child_fds[which] = connect_stream(*w, group, which, dir);
 
     WorkerSlot slot{lr, w->error_file, plan.cuda_visible_devices[lr]};
+    w->stacks_file = (dir / "stacks.txt").string();
     SpawnSpec spec{plan.exec_path, substitute_local_rank(plan.argv, lr),
-                   merge_environ(environ, worker_env(group, slot, process_env()), withheld), child_fds[0],
-                   child_fds[1], child_fds[2]};
+                   merge_environ(environ, with_stacks_fallback(worker_env(group, slot, process_env()), *w), withheld),
+                   child_fds[0], child_fds[1], child_fds[2]};
     if (!plan.cpus.empty()) spec.cpus = plan.cpus[lr];
     if (const JobCgroup* cgroup = guard.cgroup()) {
       spec.cgroup_fd = cgroup->dir_fd();
@@ -261,6 +263,21 @@ struct WorkerGroup::Impl {
       if (s->open) read_more(*s);
     }
     return w;
+  }
+
+  /// A worker's variables with the hang watch's, where ptrace is not allowed (its PYTHONPATH first).
+  EnvPairs with_stacks_fallback(EnvPairs env, const Worker& w) const {
+    std::optional<std::string> python_path = process_env()("PYTHONPATH");
+    for (const auto& [k, v] : env) {
+      if (k == "PYTHONPATH") python_path = v;
+    }
+    auto extra = watcher.worker_variables(w.stacks_file, python_path);
+    if (extra.empty()) return env;
+    std::erase_if(env, [&](const auto& kv) {
+      return std::any_of(extra.begin(), extra.end(), [&](const auto& x) { return x.first == kv.first; });
+    });
+    env.insert(env.end(), extra.begin(), extra.end());
+    return env;
   }
 
   /// Where worker `w`'s stream `which` (1: stdout, 2: stderr) goes: to the console through a pipe,

@@ -17,6 +17,7 @@ packages=(
   zsh   # the zsh completion's syntax check and completion test (test_completion.py)
   clang-format   # the style check of the files .clang-format-covered lists (scripts/check-format.sh)
   elfutils   # eu-stack: a hung native worker's stack (README: Hangs)
+  python3-seccomp   # a real seccomp filter that denies ptrace, for the stacks without it (test_hangs.py)
   dpkg-dev python3-venv   # the .deb's Depends (dpkg-shlibdeps) and the pip wheel's build (scripts/package.sh)
 )
 

@@ -6,15 +6,23 @@ import glob
 import json
 import os
 import subprocess
+import sys
 import unittest
 
 from common import DTLAUNCH, LaunchTest, Running, free_port, main
+
+try:
+    import seccomp  # noqa: F401 (Debian's python3-seccomp: no_ptrace.py denies ptrace with it)
+    HAVE_SECCOMP = True
+except ImportError:
+    HAVE_SECCOMP = False
+NO_PTRACE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "no_ptrace.py")
 
 VENV = os.environ.get("DTL_ACCELERATE_VENV", os.path.expanduser("~/.cache/dtlaunch/venv-accelerate"))
 PYTHON = os.path.join(VENV, "bin", "python")
 
 SCRIPT = '''
-import atexit, datetime, os, sys, time
+import atexit, datetime, os, sys, threading, time
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -29,6 +37,15 @@ def spin():
         pass
 
 
+def say_the_collective_timed_out():
+    # What torch's NCCL watchdog does when a collective times out (ProcessGroupNCCL's
+    # broadcastDumpSignal): its global rank, 4 bytes, under exception_dump in the job's store.
+    time.sleep(2)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=datetime.timedelta(seconds=30))
+    store.set("exception_dump", (0).to_bytes(4, "little"))
+
+
 @record
 def main():
     mode = sys.argv[1]
@@ -38,8 +55,10 @@ def main():
     print(f"ready rank {rank}", flush=True)
     if rank == 1 and (mode == "sleep" or (mode == "first-attempt" and first)):
         stuck()
-    if rank == 1 and mode == "spin":
+    if rank == 1 and mode in ("spin", "watchdog"):
         spin()
+    if rank == 0 and mode == "watchdog":
+        threading.Thread(target=say_the_collective_timed_out, daemon=True).start()
     if rank == 1 and mode == "atexit":
         atexit.register(stuck)
         raise RuntimeError("rank 1 gave up")
@@ -160,6 +179,39 @@ class Hangs(LaunchTest):
         none = subprocess.run([DTLAUNCH, "stacks"], env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual(none.returncode, 1)
         self.assertEqual(none.stderr, "dtlaunch stacks: error: no dtlaunch job of yours runs on this machine\n")
+
+    def test_nccl_s_word_in_the_store_is_a_hang_at_once_whatever_the_silence(self):
+        # The watchdog's key, set 2 s in, long before the 60 s of silence would tell
+        r = self.run_job("watchdog", "--hang_timeout=60", "--on_hang=fail", timeout=60)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("dtlaunch: hang: rank 0's NCCL watchdog timed out a collective (exception_dump in the store)\n",
+                      r.stderr)
+        self.assertRegex(r.stderr, r"dtlaunch: suspect rank 1 on \S+ \(pid \d+\): spin \(hang\.py:\d+\)")
+        self.assertIn("hang: rank 0's NCCL watchdog timed out a collective", r.stderr.split("Root Cause")[1])
+        [report] = self.reports()
+        self.assertEqual(report["suspect"], 1)
+        self.assertIn("NCCL watchdog", report["cause"])
+
+    @unittest.skipUnless(HAVE_SECCOMP, "no python3-seccomp: ptrace cannot be denied here")
+    def test_without_ptrace_the_stacks_come_from_faulthandler_and_a_user_s_sitecustomize_still_runs(self):
+        site = os.path.join(self.tmp, "site")
+        os.mkdir(site)
+        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+            f.write("import os\nos.write(1, b'user sitecustomize ran\\n')\n")
+        env = self.env(PYTHON_EXEC=PYTHON, OMP_NUM_THREADS="1", PYTHONPATH=site)
+        r = subprocess.run([sys.executable, NO_PTRACE, DTLAUNCH, "--nproc_per_node=2", "--master_port", str(free_port()),
+                            "--log_dir", self.logs, "--hang_timeout=5", "--on_hang=fail", self.script, "sleep"],
+                           env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("dtlaunch: info: ptrace is not allowed here (Operation not permitted): a hung rank's stack "
+                      "comes from Python's faulthandler", r.stderr)
+        self.assertIn("  stacks (faulthandler):\n", r.stderr)
+        self.assertRegex(r.stderr, r"  rank 0:\n    thread MainThread\n      all_reduce \(torch/distributed/distributed_c10d\.py:\d+\)")
+        self.assertRegex(r.stderr, r"  rank 1:\n    thread MainThread\n      stuck \(hang\.py:\d+\)")
+        self.assertRegex(r.stderr, r"dtlaunch: suspect rank 1 on \S+ \(pid \d+\): stuck \(hang\.py:\d+\)")
+        self.assertEqual(r.stdout.count("]:user sitecustomize ran"), 2, r.stdout)  # the workers chain it
+        [report] = self.reports()
+        self.assertEqual({x["stack_by"] for x in report["ranks"]}, {"faulthandler"})
 
     def test_hang_timeout_0_turns_the_watch_off(self):
         r = self.run_job("sleep", "--hang_timeout=0", "--on_hang=fail", STUCK_S="8")

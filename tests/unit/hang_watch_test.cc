@@ -231,3 +231,24 @@ TEST_CASE("hang watch: the report groups ranks with one stack and ends with the 
   CHECK(json.find("\"suspect\": 1, ") != std::string::npos);
   CHECK(json.find("\"doing\": \"in a collective\"") != std::string::npos);
 }
+
+TEST_CASE("hang watch: faulthandler's dump becomes a stack, the signalled thread the main one") {
+  const std::string dump = R"(Thread 0x00007f2a6bfff6c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 324 in wait
+  File "/v/lib/python3.11/site-packages/torch/utils/data/_utils/pin_memory.py", line 52 in _pin_memory_loop
+
+Current thread 0x00007f2a7d1b8740 (most recent call first):
+  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2950 in all_reduce
+  File "/work/job/train.py", line 20 in main
+  File "/work/job/train.py", line 31 in <module>
+)";
+  const auto stack = parse_faulthandler(dump);
+  CHECK(stack == std::vector<std::string>{"thread 1", "wait (threading.py:324)",
+                                          "_pin_memory_loop (torch/utils/data/_utils/pin_memory.py:52)", "",
+                                          "thread MainThread",
+                                          "all_reduce (torch/distributed/distributed_c10d.py:2950)",
+                                          "main (train.py:20)", "<module> (train.py:31)"});
+  CHECK(classify(stack) == "in a collective");
+  CHECK(parse_faulthandler("").empty());
+  CHECK(parse_faulthandler("  File \"x.py\", line 1 in f\n").empty());  // no thread line: not a dump
+}
