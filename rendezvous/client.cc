@@ -147,6 +147,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     if (!step.forward) return carry_out(step);
     if (auto* r = std::get_if<Round>(&m)) return cb.on_round(*r);
     if (auto* s = std::get_if<Stop>(&m)) return cb.on_stop(*s);
+    if (auto* a = std::get_if<StacksAsk>(&m)) return cb.on_stacks_ask ? cb.on_stacks_ask(*a) : void();
+    if (auto* p = std::get_if<StacksPart>(&m)) return cb.on_stacks_part ? cb.on_stacks_part(*p) : void();
+    if (auto* e = std::get_if<StacksEnd>(&m)) return cb.on_stacks_end ? cb.on_stacks_end(*e) : void();
+    if (auto* v = std::get_if<HangVerdict>(&m)) return cb.on_hang_verdict ? cb.on_hang_verdict(*v) : void();
     if (auto* e = std::get_if<Exit>(&m)) {
       over = true;
       cancel();

@@ -31,6 +31,13 @@ class Client {
     std::function<void(const Exit&)> on_exit;
     /// Fatal: refused (wrong token, run id, rank...), unreachable, or the server lost. One line.
     std::function<void(const std::string& why, bool refused)> on_error;
+    /// Every node's stacks (protocol.h's StacksWanted): the server asks for this node's part (answer
+    /// with a StacksPart of this id); parts of what this node asked for, then their end; a hang's
+    /// verdict. Unset ones are ignored.
+    std::function<void(const StacksAsk&)> on_stacks_ask;
+    std::function<void(const StacksPart&)> on_stacks_part;
+    std::function<void(const StacksEnd&)> on_stacks_end;
+    std::function<void(const HangVerdict&)> on_hang_verdict;
   };
 
   Client(boost::asio::io_context& io, ClientOptions options, Callbacks callbacks);

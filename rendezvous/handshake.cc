@@ -95,7 +95,9 @@ ClientStep client_step(const Credentials& client, const ClientHandshake& state, 
   // Before the server's proof, anyone may have answered: its reason is printed made harmless.
   if (auto* refusal = std::get_if<Refused>(&m)) return refused(state, printable(refusal->reason, kMaxRefusal));
   const bool session = std::holds_alternative<Round>(m) || std::holds_alternative<Stop>(m) ||
-                       std::holds_alternative<Exit>(m) || std::holds_alternative<Heartbeat>(m);
+                       std::holds_alternative<Exit>(m) || std::holds_alternative<Heartbeat>(m) ||
+                       std::holds_alternative<StacksAsk>(m) || std::holds_alternative<StacksPart>(m) ||
+                       std::holds_alternative<StacksEnd>(m) || std::holds_alternative<HangVerdict>(m);
   ClientStep step;
   step.next = state;
   if (state.phase == ClientHandshake::Phase::joined) {

@@ -15,6 +15,7 @@ constexpr size_t kBodyPrefix = 2;        // version, type
 constexpr size_t kFailureFixed = 44;     // 4 i32 + 2 i64 + 3 string lengths
 constexpr size_t kKeepCapacity = 4096;   // a decoder keeps this much between frames, frees the rest
 constexpr size_t kWholeText = kMaxFrameBody - kBodyPrefix - 4;  // a Refused's or Stop's reason
+static_assert(kMaxStacksText == kWholeText - 4);  // after a u32
 
 bool continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
@@ -206,6 +207,20 @@ void fields(IO& io, M& v) {
   } else if constexpr (std::is_same_v<T, Exit>) {
     io.i32("code", v.code);
     io.failures(v.failures, &v.reason, 4 + 4 + 4);
+  } else if constexpr (std::is_same_v<T, StacksWanted>) {
+    io.u32("id", v.id);
+    io.u32("hang", v.hang);
+  } else if constexpr (std::is_same_v<T, StacksAsk>) {
+    io.u32("id", v.id);
+  } else if constexpr (std::is_same_v<T, StacksPart>) {
+    io.u32("id", v.id);
+    io.str("part", v.part, kMaxStacksText);
+  } else if constexpr (std::is_same_v<T, StacksEnd>) {
+    io.u32("id", v.id);
+    io.str("missing", v.missing, kMaxStacksText);
+  } else if constexpr (std::is_same_v<T, HangVerdict>) {
+    io.i32("rank", v.rank);
+    io.str("message", v.message, kMaxStacksText);
   }
 }
 
@@ -371,6 +386,10 @@ void read_payload(Reader& r, T& v) {
     r.in_range("base_rank", v.base_rank, 0, int64_t{v.world_size} - 1);
     r.in_range("master_port", v.master_port, 0, 65535);
     r.at_least("restart_count", v.restart_count, 0);
+  } else if constexpr (std::is_same_v<T, StacksWanted>) {
+    r.in_range("hang", v.hang, 0, 1);
+  } else if constexpr (std::is_same_v<T, HangVerdict>) {
+    r.at_least("rank", v.rank, 0);
   }
 }
 

@@ -21,6 +21,9 @@ inline constexpr uint32_t kMaxFrameBody = 64 * 1024;  ///< bytes after the 4-byt
 inline constexpr size_t kMaxProof = 64;               ///< an HMAC-SHA256 is 32; room for a larger MAC
 inline constexpr size_t kMaxName = 4096;              ///< run_id, host, addr, master_addr, error_file
 inline constexpr int32_t kMaxNproc = 65536;
+/// A StacksPart's part, a StacksEnd's missing, a HangVerdict's message: what a frame holds after
+/// its version, type, id and length. A longer text is cut in the middle.
+inline constexpr size_t kMaxStacksText = kMaxFrameBody - 2 - 4 - 4;
 using Nonce = std::array<uint8_t, 32>;
 using Bytes = std::vector<uint8_t>;
 
@@ -94,8 +97,36 @@ struct Leaving {  ///< client -> server: this node leaves the job now (a signal 
   std::string reason;  ///< "it received SIGTERM"
   bool operator==(const Leaving&) const = default;
 };
-using Message =
-    std::variant<Hello, Challenge, Join, Refused, Round, Heartbeat, Failed, Stop, Stopped, Done, Exit, Leaving>;
+// Every rank's stack across nodes (the launcher's hang report and `dtlaunch stacks`): a node asks the
+// server to gather them; the server asks every node, relays each node's part (the launcher's own
+// text, opaque here) and says when all are in. A hang's parts go to the hosting agent instead,
+// which may answer with a verdict for every node.
+struct StacksWanted {  ///< client -> server: gather every node's stacks for me (`hang`: 1 for a hang's report)
+  uint32_t id = 0;     ///< the asker's, echoed in the parts and the end
+  uint32_t hang = 0;
+  bool operator==(const StacksWanted&) const = default;
+};
+struct StacksAsk {  ///< server -> client: send your ranks' stacks
+  uint32_t id = 0;  ///< the server's, to echo in the StacksPart
+  bool operator==(const StacksAsk&) const = default;
+};
+struct StacksPart {  ///< client -> server (the server's id), and server -> asker (the asker's id)
+  uint32_t id = 0;
+  std::string part;  ///< one node's ranks, as the launcher writes them
+  bool operator==(const StacksPart&) const = default;
+};
+struct StacksEnd {  ///< server -> asker: every node's part came, or the time is up
+  uint32_t id = 0;
+  std::string missing;  ///< the nodes that did not answer, "" when none
+  bool operator==(const StacksEnd&) const = default;
+};
+struct HangVerdict {  ///< server -> clients: the job hangs; the node running `rank` fails it (--on_hang=fail)
+  int32_t rank = 0;
+  std::string message;  ///< the failure's message
+  bool operator==(const HangVerdict&) const = default;
+};
+using Message = std::variant<Hello, Challenge, Join, Refused, Round, Heartbeat, Failed, Stop, Stopped, Done, Exit,
+                             Leaving, StacksWanted, StacksAsk, StacksPart, StacksEnd, HangVerdict>;
 
 /// Each message's type byte on the wire, and its name for logs, by its index in Message. The codes
 /// are the wire's and never change: a new message takes a new code, wherever it sits in Message.
@@ -106,6 +137,7 @@ struct WireType {
 inline constexpr WireType kWireTypes[] = {
     {1, "hello"},  {2, "challenge"}, {3, "join"},    {4, "refused"}, {5, "round"}, {6, "heartbeat"},
     {7, "failed"}, {8, "stop"},      {9, "stopped"}, {10, "done"},   {11, "exit"}, {12, "leaving"},
+    {13, "stacks_wanted"}, {14, "stacks_ask"}, {15, "stacks_part"}, {16, "stacks_end"}, {17, "hang_verdict"},
 };
 static_assert(std::size(kWireTypes) == std::variant_size_v<Message>);
 

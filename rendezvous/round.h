@@ -89,6 +89,8 @@ class RoundState {
   size_t members() const { return members_.size(); }
   /// The code every node was told to exit with (once finished).
   int32_t exit_code() const { return exit_code_; }
+  /// "host (address)" of a node, for messages.
+  std::string name(NodeId id) const { return describe(id); }
 
  private:
   void maybe_complete(Clock::time_point now, Actions& a);

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
@@ -94,6 +95,22 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   bool stopped = false;
   std::function<void()> on_empty;
   std::function<void()> on_finished;
+
+  /// Every node's stacks, being gathered for a node's `dtlaunch stacks` or a hang's report.
+  struct Gathering {
+    NodeId asker = 0;  ///< 0: a hang's, for opts.on_hang_stacks
+    uint32_t asker_id = 0;
+    std::map<NodeId, std::string> waiting;  ///< node -> its name, for the missing
+    std::vector<std::string> parts;         ///< a hang's, until all are in
+    std::vector<std::string> gone;          ///< asked, and gone before they answered
+    size_t bytes = 0;
+    std::shared_ptr<asio::steady_timer> timer;
+  };
+  static constexpr size_t kMaxGatherings = 16;
+  static constexpr size_t kMaxHangBytes = 64 << 20;  ///< a hang's parts together; past it a node counts as missing
+  std::map<uint32_t, Gathering> gatherings;
+  uint32_t next_gathering = 1;
+  std::optional<uint32_t> hang_round;  ///< the round whose hang was gathered
 
   void bind() {
     boost::system::error_code ec;
@@ -285,6 +302,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     c->sock.close(ignored);
     conns.erase(c->id);
     admission.leave(c->id);
+    forget_in_gatherings(c->id);
     if (c->member && --members == 0 && on_empty) std::exchange(on_empty, nullptr)();
   }
 
@@ -343,8 +361,90 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (std::holds_alternative<Stopped>(m)) return apply(round.on_stopped(c->id, now));
     if (std::holds_alternative<Done>(m)) return apply(round.on_done(c->id, now));
     if (auto* l = std::get_if<Leaving>(&m)) return apply(round.on_left(c->id, l->reason, now));
+    if (auto* w = std::get_if<StacksWanted>(&m)) return gather(c, *w);
+    if (auto* p = std::get_if<StacksPart>(&m)) return take_part(c, *p);
     drop(c, Ending::dropped, std::string("unexpected ") + message_name(m));
   }
+
+  void gather(const std::shared_ptr<Conn>& c, const StacksWanted& w) {
+    if (w.hang) {
+      if (!opts.on_hang_stacks || hang_round == round.round()) return;  // one report a round
+      hang_round = round.round();
+    }
+    if (gatherings.size() >= kMaxGatherings) {
+      if (!w.hang) send(c, encode(StacksEnd{w.id, "every node: " + std::to_string(kMaxGatherings) + " gatherings at once"}));
+      return;
+    }
+    const uint32_t id = next_gathering++;
+    Gathering& g = gatherings[id];
+    g.asker = w.hang ? 0 : c->id;
+    g.asker_id = w.id;
+    for (const auto& [node, conn] : conns) {
+      if (!conn->joined()) continue;
+      g.waiting.emplace(node, round.name(node));
+      send(conn, encode(StacksAsk{id}));
+    }
+    g.timer = std::make_shared<asio::steady_timer>(io, opts.stacks_timeout);
+    g.timer->async_wait([self = shared_from_this(), id](const boost::system::error_code& ec) {
+      if (!ec && !self->stopped) self->finish_gathering(id);
+    });
+    if (g.waiting.empty()) finish_gathering(id);
+  }
+
+  void take_part(const std::shared_ptr<Conn>& c, const StacksPart& p) {
+    auto it = gatherings.find(p.id);
+    if (it == gatherings.end() || !it->second.waiting.count(c->id)) return;  // late, or not asked: dropped
+    Gathering& g = it->second;
+    if (g.asker == 0) {
+      if (g.bytes + p.part.size() > kMaxHangBytes) return;  // stays waiting: named as missing
+      g.bytes += p.part.size();
+      g.parts.push_back(p.part);
+    } else if (auto asker = conns.find(g.asker); asker != conns.end()) {
+      send(asker->second, encode(StacksPart{g.asker_id, p.part}));
+    }
+    g.waiting.erase(c->id);
+    if (g.waiting.empty()) finish_gathering(p.id);
+  }
+
+  void finish_gathering(uint32_t id) {
+    auto it = gatherings.find(id);
+    if (it == gatherings.end()) return;
+    Gathering g = std::move(it->second);
+    gatherings.erase(it);
+    if (g.timer) g.timer->cancel();
+    std::string missing;
+    for (const auto& name : g.gone) missing += (missing.empty() ? "" : ", ") + name;
+    for (const auto& [node, name] : g.waiting) missing += (missing.empty() ? "" : ", ") + name;
+    if (g.asker == 0) {
+      opts.on_hang_stacks(std::move(g.parts), missing);
+    } else if (auto asker = conns.find(g.asker); asker != conns.end()) {
+      send(asker->second, encode(StacksEnd{g.asker_id, missing}));
+    }
+  }
+
+  /// A connection went: gatherings it asked for go too; the others name it as missing and stop
+  /// waiting for it (finished from the event loop, not inside the close).
+  void forget_in_gatherings(NodeId node) {
+    for (auto it = gatherings.begin(); it != gatherings.end();) {
+      Gathering& g = it->second;
+      if (g.asker == node) {
+        if (g.timer) g.timer->cancel();
+        it = gatherings.erase(it);
+        continue;
+      }
+      if (auto w = g.waiting.find(node); w != g.waiting.end()) {
+        g.gone.push_back(w->second + " (gone)");
+        g.waiting.erase(w);
+        if (g.waiting.empty()) {
+          asio::post(io, [self = shared_from_this(), id = it->first] {
+            if (!self->stopped) self->finish_gathering(id);
+          });
+        }
+      }
+      ++it;
+    }
+  }
+
 
   void apply(RoundState::Actions a) {
     // A member's host name and address are its own text: printed harmless too.
@@ -469,6 +569,13 @@ ServerStats Server::stats() const {
 bool Server::finished() const { return impl_->finished; }
 int Server::exit_code() const { return impl_->round.exit_code(); }
 void Server::end_job(const std::string& reason) { impl_->apply(impl_->round.on_shutdown(reason)); }
+
+void Server::announce(const HangVerdict& verdict) {
+  const Bytes frame = encode(verdict);
+  for (const auto& [node, conn] : impl_->conns) {
+    if (conn->joined()) impl_->send(conn, frame);
+  }
+}
 void Server::when_finished(std::function<void()> done) {
   if (impl_->finished) return done();
   impl_->on_finished = std::move(done);

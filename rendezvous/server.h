@@ -53,6 +53,11 @@ struct ServerOptions {
   std::optional<SharedPort> shared_port;
   /// Called as a round completes, before any node hears of it: a new worker group is to start.
   std::function<void()> on_round;
+  /// A node's hang watch asked for every node's stacks (StacksWanted with hang): each node's part
+  /// as it came, and the nodes that did not answer in time ("" when none). At most once a round;
+  /// without it such asks are ignored. Asks without hang go back to the asker.
+  std::function<void(std::vector<std::string> parts, const std::string& missing)> on_hang_stacks;
+  std::chrono::milliseconds stacks_timeout{25000};  ///< for every node's part
 };
 
 /// What the server has done, for tests and benchmarks.
@@ -89,6 +94,8 @@ class Server {
   void when_finished(std::function<void()> done);
   /// Ends the job (Exit with code 1 and `reason` to every node) unless it is already over.
   void end_job(const std::string& reason);
+  /// Sends `verdict` to every node that joined: the one running its rank fails it.
+  void announce(const HangVerdict& verdict);
 
  private:
   struct Impl;

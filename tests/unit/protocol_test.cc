@@ -37,6 +37,11 @@ std::vector<Message> samples() {
       Done{},
       Exit{139, "worker 5 on node-b failed: no restarts left", sample_failures()},
       Leaving{"it received SIGTERM"},
+      StacksWanted{7, 1},
+      StacksAsk{0xfffffffeu},
+      StacksPart{7, R"({"host": "node-b", "ranks": []})"},
+      StacksEnd{7, "node-c (10.0.0.9) (gone)"},
+      HangVerdict{5, "hang: no rank printed for 600 s (suspect: blocked)"},
   };
 }
 
@@ -125,7 +130,8 @@ TEST_CASE("the wire's type codes, each message's for ever") {
   // Written out, not derived: a message inserted into Message must not renumber the wire.
   const std::vector<std::pair<Message, int>> codes{
       {Hello{}, 1},  {Challenge{}, 2}, {Join{}, 3},    {Refused{}, 4}, {Round{}, 5}, {Heartbeat{}, 6},
-      {Failed{}, 7}, {Stop{}, 8},      {Stopped{}, 9}, {Done{}, 10},   {Exit{}, 11}, {Leaving{}, 12}};
+      {Failed{}, 7}, {Stop{}, 8},      {Stopped{}, 9}, {Done{}, 10},   {Exit{}, 11}, {Leaving{}, 12},
+      {StacksWanted{}, 13}, {StacksAsk{}, 14}, {StacksPart{}, 15}, {StacksEnd{}, 16}, {HangVerdict{}, 17}};
   REQUIRE(codes.size() == std::variant_size_v<Message>);
   for (const auto& [m, code] : codes) {
     INFO(message_name(m));
@@ -134,11 +140,24 @@ TEST_CASE("the wire's type codes, each message's for ever") {
   }
 }
 
+TEST_CASE("stacks messages: a part too long for a frame is cut, a bad hang flag or rank refused") {
+  const std::string long_part(2 * kMaxFrameBody, 'x');
+  const Bytes frame = encode(StacksPart{3, long_part});
+  CHECK(frame.size() <= kMaxFrameBody + 4);
+  auto m = std::get<StacksPart>(decode_ok(body_of(frame)));
+  CHECK(m.id == 3);
+  CHECK(m.part.size() <= kMaxStacksText);
+  CHECK(m.part.find("bytes cut") != std::string::npos);
+  CHECK(error_of(body_of(encode(StacksWanted{1, 2}))) == "stacks_wanted message: hang must be in 0..1 (got 2)");
+  CHECK(error_of(body_of(encode(HangVerdict{-1, ""}))) == "hang_verdict message: rank must be >= 0 (got -1)");
+}
+
 TEST_CASE("message names are the lowercase type names used in logs") {
   std::vector<std::string> names;
   for (const auto& m : samples()) names.push_back(message_name(m));
   CHECK(names == std::vector<std::string>{"hello", "challenge", "join", "refused", "round", "heartbeat", "failed",
-                                          "stop", "stopped", "done", "exit", "leaving"});
+                                          "stop", "stopped", "done", "exit", "leaving", "stacks_wanted",
+                                          "stacks_ask", "stacks_part", "stacks_end", "hang_verdict"});
 }
 
 TEST_CASE("a stream split at any byte boundary decodes to the same messages") {

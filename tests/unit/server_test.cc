@@ -103,3 +103,95 @@ TEST_CASE("a client that leaves says why before it hangs up, and the others are 
   CHECK(exit->failures.empty());  // no failure of its own: the reason is the whole story
   CHECK(run_until(io, [&] { return server.connections() == 1; }));  // its hang-up followed
 }
+
+TEST_CASE("every node's stacks: gathered for the asker, a hang's once a round for the host, and a verdict for all") {
+  asio::io_context io;
+  auto o = options();
+  std::vector<std::vector<std::string>> hang_parts;
+  std::vector<std::string> hang_missing;
+  o.on_hang_stacks = [&](std::vector<std::string> parts, const std::string& missing) {
+    std::sort(parts.begin(), parts.end());
+    hang_parts.push_back(parts);
+    hang_missing.push_back(missing);
+  };
+  Server server(io, o);
+  std::vector<std::unique_ptr<Client>> clients;
+  int rounds = 0;
+  std::vector<std::string> relayed;  // what node 0 received of its own ask
+  std::optional<StacksEnd> end;
+  std::vector<HangVerdict> verdicts;
+  for (int rank : {0, 1}) {
+    ClientOptions c;
+    c.host = "127.0.0.1";
+    c.port = server.port();
+    c.credentials = {"job42", "s3cret"};
+    c.join.host = "node-" + std::to_string(rank);
+    c.join.node_rank = rank;
+    c.join.min_nodes = c.join.max_nodes = 2;
+    Client::Callbacks cb{[&](const Round&) { ++rounds; }, [](const Stop&) {}, [](const Exit&) {},
+                         [](const std::string& why, bool) { FAIL(why); }};
+    cb.on_stacks_ask = [&, rank](const StacksAsk& a) {
+      clients[rank]->send(StacksPart{a.id, "part of node-" + std::to_string(rank)});
+    };
+    cb.on_stacks_part = [&](const StacksPart& p) {
+      CHECK(p.id == 41);  // the asker's id, not the server's
+      relayed.push_back(p.part);
+    };
+    cb.on_stacks_end = [&](const StacksEnd& e) { end = e; };
+    cb.on_hang_verdict = [&](const HangVerdict& v) { verdicts.push_back(v); };
+    clients.push_back(std::make_unique<Client>(io, c, cb));
+    clients.back()->start();
+  }
+  REQUIRE(run_until(io, [&] { return rounds == 2; }));
+
+  clients[0]->send(StacksWanted{41, 0});
+  REQUIRE(run_until(io, [&] { return end.has_value(); }));
+  std::sort(relayed.begin(), relayed.end());
+  CHECK(relayed == std::vector<std::string>{"part of node-0", "part of node-1"});
+  CHECK(end->id == 41);
+  CHECK(end->missing.empty());
+  CHECK(hang_parts.empty());
+
+  // both nodes see the hang; the host gets one gathering of the round's parts
+  clients[1]->send(StacksWanted{1, 1});
+  clients[0]->send(StacksWanted{2, 1});
+  REQUIRE(run_until(io, [&] { return hang_parts.size() == 1; }));
+  CHECK(hang_parts[0] == std::vector<std::string>{"part of node-0", "part of node-1"});
+  CHECK(hang_missing[0].empty());
+  CHECK_FALSE(run_until(io, [&] { return hang_parts.size() > 1; }, 300ms));
+
+  server.announce(HangVerdict{1, "hang: no rank printed for 10 s (suspect: blocked)"});
+  REQUIRE(run_until(io, [&] { return verdicts.size() == 2; }));
+  CHECK(verdicts[0] == HangVerdict{1, "hang: no rank printed for 10 s (suspect: blocked)"});
+}
+
+TEST_CASE("every node's stacks: a node that does not answer is named as missing when the time is up") {
+  asio::io_context io;
+  auto o = options();
+  o.stacks_timeout = 300ms;
+  Server server(io, o);
+  std::vector<std::unique_ptr<Client>> clients;
+  int rounds = 0;
+  std::optional<StacksEnd> end;
+  for (int rank : {0, 1}) {
+    ClientOptions c;
+    c.host = "127.0.0.1";
+    c.port = server.port();
+    c.credentials = {"job42", "s3cret"};
+    c.join.host = "node-" + std::to_string(rank);
+    c.join.node_rank = rank;
+    c.join.min_nodes = c.join.max_nodes = 2;
+    Client::Callbacks cb{[&](const Round&) { ++rounds; }, [](const Stop&) {}, [](const Exit&) {},
+                         [](const std::string& why, bool) { FAIL(why); }};
+    if (rank == 0) {  // node 1 never answers
+      cb.on_stacks_ask = [&](const StacksAsk& a) { clients[0]->send(StacksPart{a.id, "node-0's"}); };
+    }
+    cb.on_stacks_end = [&](const StacksEnd& e) { end = e; };
+    clients.push_back(std::make_unique<Client>(io, c, cb));
+    clients.back()->start();
+  }
+  REQUIRE(run_until(io, [&] { return rounds == 2; }));
+  clients[0]->send(StacksWanted{9, 0});
+  REQUIRE(run_until(io, [&] { return end.has_value(); }));
+  CHECK(end->missing == "node-1 (127.0.0.1)");
+}
