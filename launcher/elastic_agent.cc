@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <random>
 
 #include <boost/asio/ip/address.hpp>
@@ -15,6 +16,7 @@
 #include "launcher/agent_state.h"
 #include "launcher/failure_summary.h"
 #include "launcher/group_signals.h"
+#include "launcher/hang_watcher.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/ports.h"
 #include "launcher/shared_port.h"
@@ -49,12 +51,28 @@ class ElasticAgent final : public Runner {
 
   int run() override {
     if (opts.server) host_rendezvous();
-    client = std::make_unique<rdzv::Client>(
-        io, opts.client,
-        rdzv::Client::Callbacks{[this](const rdzv::Round& r) { apply(state.on_round(r)); },
-                                [this](const rdzv::Stop& s) { apply(state.on_stop(s)); },
-                                [this](const rdzv::Exit& e) { apply(state.on_exit(e)); },
-                                [this](const std::string& why, bool refused) { apply(state.on_error(why, refused)); }});
+    rdzv::Client::Callbacks callbacks{
+        [this](const rdzv::Round& r) { apply(state.on_round(r)); }, [this](const rdzv::Stop& s) { apply(state.on_stop(s)); },
+        [this](const rdzv::Exit& e) { apply(state.on_exit(e)); },
+        [this](const std::string& why, bool refused) { apply(state.on_error(why, refused)); }};
+    // Every node's stacks: this node's part when the server asks, and the parts of what it asked for.
+    callbacks.on_stacks_ask = [this](const rdzv::StacksAsk& a) {
+      group.hangs().part(rdzv::kMaxStacksText, [this, id = a.id](std::string part) {
+        if (client) client->send(rdzv::StacksPart{id, std::move(part)});
+      });
+    };
+    callbacks.on_stacks_part = [this](const rdzv::StacksPart& p) {
+      if (auto g = gathers.find(p.id); g != gathers.end()) g->second.parts.push_back(p.part);
+    };
+    callbacks.on_stacks_end = [this](const rdzv::StacksEnd& e) {
+      auto g = gathers.find(e.id);
+      if (g == gathers.end()) return;
+      auto gather = std::move(g->second);
+      gathers.erase(g);
+      gather.done(gather.parts, e.missing);
+    };
+    callbacks.on_hang_verdict = [this](const rdzv::HangVerdict& v) { group.hangs().verdict(v.rank, v.message); };
+    client = std::make_unique<rdzv::Client>(io, opts.client, std::move(callbacks));
     client->start();
     io.run();
     return state.exit_code();
@@ -74,6 +92,13 @@ class ElasticAgent final : public Runner {
   std::unique_ptr<store::Server> store;  ///< the workers' store, on the rendezvous's port
   std::unique_ptr<rdzv::Server> server;
   std::unique_ptr<rdzv::Client> client;
+  /// `dtlaunch stacks` on this node of a job of several: every node's parts, by this node's ask id.
+  struct Gather {
+    std::vector<std::string> parts;
+    std::function<void(const std::vector<std::string>&, const std::string&)> done;
+  };
+  std::map<uint32_t, Gather> gathers;
+  uint32_t next_gather = 1;
   bool ending = false;    ///< end_job ran
   bool told_interface = false;
   std::string leave_why;  ///< Leave's, for the job's end when this node hosts it
@@ -88,6 +113,12 @@ class ElasticAgent final : public Runner {
     // One descriptor per node, and the store sizes its connection cap from the limit: raised
     // before either starts. The workers get the limit back (spawn.cc).
     posix::raise_fd_limit();
+    // A hang's report for the whole job is made here, from every node's part.
+    opts.server->on_hang_stacks = [this](std::vector<std::string> parts, const std::string& missing) {
+      if (auto verdict = group.hangs().job_report(parts, missing); verdict && server) {
+        server->announce(rdzv::HangVerdict{verdict->first, verdict->second});
+      }
+    };
     if (plan.group.agent_store) {
       store = std::make_unique<store::Server>(io);
       share_port_with_store(*opts.server, *store);
@@ -122,7 +153,23 @@ class ElasticAgent final : public Runner {
                                                        : spdlog::level::err;
     spdlog::log(level, "{}", a.text);
   }
-  void act(const agent::StartGroup& a) { group.start(with_gloo_interface(a.env)); }
+  void act(const agent::StartGroup& a) {
+    // A round of several nodes: the hang report and `dtlaunch stacks` cover them all.
+    if (a.env.group_world_size > 1) {
+      group.hangs().job_wide(HangWatcher::JobWide{
+          [this] {
+            if (client) client->send(rdzv::StacksWanted{0, 1});
+          },
+          [this](std::function<void(const std::vector<std::string>&, const std::string&)> done) {
+            const uint32_t id = next_gather++;
+            gathers[id] = Gather{{}, std::move(done)};
+            if (client) client->send(rdzv::StacksWanted{id, 0});
+          }});
+    } else {
+      group.hangs().job_wide(std::nullopt);
+    }
+    group.start(with_gloo_interface(a.env));
+  }
 
   /// A job across hosts whose user named no interface for gloo: its traffic goes out through the
   /// interface that reaches the rendezvous. Without it gloo advertises the address the host name

@@ -175,6 +175,10 @@ std::optional<size_t> find_suspect(Hang& hang) {
     r.doing = classify(r.native.empty() ? r.stack : r.native);
     if (r.doing.empty()) r.doing = r.busy ? "running" : r.state == 'D' ? "blocked in the kernel (D)" : "blocked";
   }
+  return choose_suspect(hang);
+}
+
+std::optional<size_t> choose_suspect(const Hang& hang) {
   const auto waits = [](const HungRank& r) { return r.doing == kCollective || r.doing == kStore || r.doing == kGpu; };
   for (bool busy : {true, false}) {
     for (size_t i = 0; i < hang.ranks.size(); ++i) {
@@ -278,8 +282,8 @@ std::string stacks_text(const Hang& hang, const std::string& host, const std::st
   out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6} {:>8}  {}\n", "rank", "host", "pid", "state", "cpu%", "silent",
                      "doing");
   for (const auto& r : hang.ranks) {
-    out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6.1f} {:>7.0f}s  {}\n", r.rank, host, r.pid,
-                       std::string(1, r.state), r.cpu_percent, r.silent_s, r.doing);
+    out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6.1f} {:>7.0f}s  {}\n", r.rank, r.host.empty() ? host : r.host,
+                       r.pid, std::string(1, r.state), r.cpu_percent, r.silent_s, r.doing);
   }
   // Which tools read the stacks: when more than one, each block says its own.
   std::vector<std::string> tools;
@@ -330,7 +334,7 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
   if (suspect) {
     const auto& r = hang.ranks[*suspect];
     const auto frames = main_thread(r.stack);
-    out += fmt::format("dtlaunch: suspect rank {} on {} (pid {}): {}\n", r.rank, host, r.pid,
+    out += fmt::format("dtlaunch: suspect rank {} on {} (pid {}): {}\n", r.rank, r.host.empty() ? host : r.host, r.pid,
                        frames.empty() ? r.doing : frames.front());
   } else {
     out += "dtlaunch: no suspect on " + host +
@@ -351,17 +355,112 @@ std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, co
   for (size_t i = 0; i < hang.ranks.size(); ++i) {
     const auto& r = hang.ranks[i];
     out += fmt::format(
-        "{}{{\"rank\": {}, \"local_rank\": {}, \"pid\": {}, \"state\": {}, \"cpu_percent\": {:.1f}, "
+        "{}{{\"rank\": {}, \"host\": {}, \"local_rank\": {}, \"pid\": {}, \"state\": {}, \"cpu_percent\": {:.1f}, "
         "\"silent_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"stack_error\": {}, \"stack_by\": {}, \"stack\": [",
-        i ? ", " : "", r.rank, r.local_rank, r.pid, json_string(std::string(1, r.state)), r.cpu_percent, r.silent_s,
-        r.busy ? "true" : "false", json_string(r.doing), json_string(r.stack_error),
-        json_string(r.stack_by.empty() ? how : r.stack_by));
+        i ? ", " : "", r.rank, json_string(r.host.empty() ? host : r.host), r.local_rank, r.pid,
+        json_string(std::string(1, r.state)), r.cpu_percent, r.silent_s, r.busy ? "true" : "false",
+        json_string(r.doing), json_string(r.stack_error), json_string(r.stack_by.empty() ? how : r.stack_by));
     for (size_t j = 0; j < r.stack.size(); ++j) out += (j ? ", " : "") + json_string(r.stack[j]);
     out += "], \"native\": [";
     for (size_t j = 0; j < r.native.size(); ++j) out += (j ? ", " : "") + json_string(r.native[j]);
     out += "]}";
   }
   return out + "]}\n";
+}
+
+}  // namespace dtl::launcher
+
+namespace dtl::launcher {
+
+namespace {
+
+/// The threads of a stack cut to `frames` frames each (0: all), or to the main thread alone.
+std::vector<std::string> trimmed(const std::vector<std::string>& stack, bool main_only, size_t frames) {
+  std::vector<std::string> out;
+  if (main_only) {
+    const auto main = main_thread(stack);
+    if (main.empty()) return out;
+    out.push_back("thread MainThread");
+    for (size_t i = 0; i < main.size() && (frames == 0 || i < frames); ++i) out.push_back(main[i]);
+    return out;
+  }
+  size_t in_thread = 0;
+  for (const auto& line : stack) {
+    in_thread = line.starts_with("thread ") || line.empty() ? 0 : in_thread + 1;
+    if (frames == 0 || in_thread <= frames) out.push_back(line);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string hang_part(const Hang& hang, const std::string& host, const std::string& how, size_t budget) {
+  // Whole stacks if they fit; else the main threads; else fewer frames of them; else none.
+  const std::vector<std::pair<bool, size_t>> cuts{{false, 0}, {true, 0}, {true, 20}, {true, 5}, {true, 1}};
+  std::string out;
+  for (const auto& [main_only, frames] : cuts) {
+    Hang cut = hang;
+    for (auto& r : cut.ranks) {
+      r.stack = trimmed(r.stack, main_only, frames);
+      r.native.clear();  // what it says is in `doing`
+      if (r.host.empty()) r.host = host;
+    }
+    out = hang_report_json(cut, std::nullopt, host, how, 0);
+    if (out.size() <= budget) return out;
+  }
+  Hang bare = hang;
+  for (auto& r : bare.ranks) {
+    r.stack.clear();
+    r.native.clear();
+    r.stack_error = "cut: too many ranks on this node for one part";
+    if (r.host.empty()) r.host = host;
+  }
+  return hang_report_json(bare, std::nullopt, host, how, 0);
+}
+
+std::optional<Hang> parse_hang_part(const std::string& json) {
+  try {
+    const YAML::Node root = YAML::Load(json);
+    if (!root.IsMap() || !root["ranks"] || !root["ranks"].IsSequence()) return std::nullopt;
+    Hang hang;
+    hang.silent_s = root["silent_s"].as<double>(0);
+    hang.cause = root["cause"] ? root["cause"].as<std::string>("") : "";
+    const std::string host = root["host"].as<std::string>("?");
+    for (const auto& n : root["ranks"]) {
+      HungRank r;
+      r.rank = n["rank"].as<int>();
+      r.host = n["host"] ? n["host"].as<std::string>(host) : host;
+      r.local_rank = n["local_rank"].as<int>(0);
+      r.pid = n["pid"].as<pid_t>(0);
+      const std::string state = n["state"].as<std::string>("?");
+      r.state = state.empty() ? '?' : state[0];
+      r.cpu_percent = n["cpu_percent"].as<double>(0);
+      r.silent_s = n["silent_s"].as<double>(0);
+      r.busy = n["busy"].as<bool>(false);
+      r.doing = n["doing"].as<std::string>("");
+      r.stack_error = n["stack_error"].as<std::string>("");
+      r.stack_by = n["stack_by"].as<std::string>("");
+      if (n["stack"] && n["stack"].IsSequence()) {
+        for (const auto& line : n["stack"]) r.stack.push_back(line.as<std::string>(""));
+      }
+      hang.ranks.push_back(std::move(r));
+    }
+    return hang;
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+}
+
+Hang merge_parts(const std::vector<Hang>& parts) {
+  Hang all;
+  all.silent_s = parts.empty() ? 0 : parts.front().silent_s;
+  for (const auto& p : parts) {
+    all.silent_s = std::min(all.silent_s, p.silent_s);
+    if (all.cause.empty()) all.cause = p.cause;
+    all.ranks.insert(all.ranks.end(), p.ranks.begin(), p.ranks.end());
+  }
+  std::sort(all.ranks.begin(), all.ranks.end(), [](const HungRank& a, const HungRank& b) { return a.rank < b.rank; });
+  return all;
 }
 
 }  // namespace dtl::launcher

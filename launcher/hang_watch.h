@@ -46,6 +46,7 @@ struct HungRank {
   std::string stack_error;          ///< why there is no stack
   std::vector<std::string> native;  ///< the same with native frames, where they were read (CUDA ranks)
   std::string stack_by;             ///< the tool that read it, where it is not the report's own
+  std::string host;                 ///< the node it runs on, where it is not the report's own
 };
 
 struct Hang {
@@ -94,6 +95,17 @@ std::string classify(const std::vector<std::string>& stack);
 /// waits neither in a collective, nor in the store, nor for the GPU, busy ones first; nullopt when
 /// every rank waits.
 std::optional<size_t> find_suspect(Hang& hang);
+/// The same choice over ranks whose `doing` is filled already (other nodes' parts).
+std::optional<size_t> choose_suspect(const Hang& hang);
+
+/// One node's ranks, `doing` filled, for the job's report on the node hosting the rendezvous: the
+/// report's JSON without a verdict, each rank naming `host`, within `budget` bytes (the stacks
+/// cut to their main threads, then to fewer frames, then left out).
+std::string hang_part(const Hang& hang, const std::string& host, const std::string& how, size_t budget);
+/// A node's part back; nullopt when it is not one.
+std::optional<Hang> parse_hang_part(const std::string& json);
+/// Every node's ranks as one hang, by rank: the shortest silence, the first cause.
+Hang merge_parts(const std::vector<Hang>& parts);
 
 /// py-spy's `dump --json` output as stacks: "thread NAME", then its frames, "name (file:line)",
 /// innermost first, threads apart by an empty line. nullopt when it is not py-spy's JSON.

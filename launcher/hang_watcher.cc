@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <future>
+#include <set>
 #include <sstream>
 
 #include <spdlog/spdlog.h>
@@ -345,19 +346,45 @@ void HangWatcher::answer(std::shared_ptr<asio::local::stream_protocol::socket> p
     auto kept = std::make_shared<std::string>(std::move(text));
     asio::async_write(*peer, asio::buffer(*kept), [peer, kept](const boost::system::error_code&, size_t) {});
   };
-  if (reading_) return reply("dtlaunch: the stacks are being read for a hang's report: ask again in a moment\n");
+  if (job_wide_) {  // every node's ranks, through the rendezvous
+    return job_wide_->gather([this, reply](const std::vector<std::string>& parts, const std::string& missing) {
+      auto [hang, unreadable] = merged(parts);
+      std::set<std::string> hosts;
+      for (const auto& r : hang.ranks) hosts.insert(r.host);
+      std::string text = "dtlaunch: the stacks of " + std::to_string(hang.ranks.size()) + " ranks on " +
+                         std::to_string(hosts.size()) + " nodes:\n" + stacks_text(hang, posix::host_name(), how());
+      if (!missing.empty()) text += "dtlaunch: no stacks came from " + missing + "\n";
+      if (unreadable) text += "dtlaunch: " + std::to_string(unreadable) + " node(s) sent what is not a part\n";
+      reply(text);
+    });
+  }
+  now([this, reply](std::optional<Hang> hang) {
+    if (!hang) return reply("dtlaunch: no rank runs now\n");
+    reply("dtlaunch: the stacks of " + std::to_string(hang->ranks.size()) + " ranks on " + posix::host_name() +
+          " (pid " + std::to_string(::getpid()) + "):\n" + stacks_text(*hang, posix::host_name(), how()));
+  });
+}
+
+void HangWatcher::now(std::function<void(std::optional<Hang>)> done) {
+  if (reading_) {  // a reading for a report is under way: after it
+    auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(200));
+    timer->async_wait([this, timer, done, alive = alive_](const boost::system::error_code& ec) {
+      if (!ec && *alive) now(done);
+    });
+    return;
+  }
   const auto probes = probes_();
-  if (probes.empty()) return reply("dtlaunch: no rank runs now\n");
+  if (probes.empty()) return done(std::nullopt);
   // Each rank's CPU use over a short window, so a spinning rank shows as running.
   std::vector<ProcUsage> before;
   for (const auto& p : probes) before.push_back(proc_usage(p.pid));
   const auto from = HangClock::now();
   auto timer = std::make_shared<asio::steady_timer>(io_, kOnDemandWindow);
-  timer->async_wait([this, timer, reply, probes, before, from, alive = alive_](const boost::system::error_code& ec) {
+  timer->async_wait([this, timer, done, probes, before, from, alive = alive_](const boost::system::error_code& ec) {
     if (ec || !*alive) return;
-    if (reading_) return reply("dtlaunch: the stacks are being read for a hang's report: ask again in a moment\n");
-    const auto now = HangClock::now();
-    const double span = std::chrono::duration<double>(now - from).count();
+    if (reading_) return now(done);
+    const auto at = HangClock::now();
+    const double span = std::chrono::duration<double>(at - from).count();
     Hang hang;
     for (size_t i = 0; i < probes.size(); ++i) {
       const auto usage = proc_usage(probes[i].pid);
@@ -368,15 +395,90 @@ void HangWatcher::answer(std::shared_ptr<asio::local::stream_protocol::socket> p
       r.state = usage.state;
       r.cpu_percent = span > 0 ? 100 * (usage.cpu_s - before[i].cpu_s) / span : 0;
       r.busy = r.cpu_percent >= 20 && usage.state != 'D';
-      r.silent_s = std::chrono::duration<double>(now - probes[i].last_output).count();
+      r.silent_s = std::chrono::duration<double>(at - probes[i].last_output).count();
+      hang.silent_s = i == 0 ? r.silent_s : std::min(hang.silent_s, r.silent_s);
       hang.ranks.push_back(std::move(r));
     }
-    read_stacks(std::move(hang), false, [this, reply](Hang read) {
+    read_stacks(std::move(hang), false, [done](Hang read) {
       find_suspect(read);  // fills what each rank is doing
-      reply("dtlaunch: the stacks of " + std::to_string(read.ranks.size()) + " ranks on " + posix::host_name() +
-            " (pid " + std::to_string(::getpid()) + "):\n" + stacks_text(read, posix::host_name(), how()));
+      done(std::move(read));
     });
   });
+}
+
+void HangWatcher::job_wide(std::optional<JobWide> hooks) { job_wide_ = std::move(hooks); }
+
+void HangWatcher::part(size_t budget, std::function<void(std::string)> done) {
+  now([this, budget, done](std::optional<Hang> hang) {
+    Hang h = hang.value_or(Hang{});
+    if (!pending_cause_.empty()) h.cause = std::exchange(pending_cause_, "");
+    done(hang_part(h, posix::host_name(), how(), budget));
+  });
+}
+
+std::pair<Hang, int> HangWatcher::merged(const std::vector<std::string>& parts) const {
+  std::vector<Hang> hangs;
+  int unreadable = 0;
+  for (const auto& p : parts) {
+    if (auto h = parse_hang_part(p)) {
+      hangs.push_back(std::move(*h));
+    } else {
+      ++unreadable;
+    }
+  }
+  return {merge_parts(hangs), unreadable};
+}
+
+std::optional<std::pair<int, std::string>> HangWatcher::job_report(const std::vector<std::string>& parts,
+                                                                   const std::string& missing) {
+  auto [hang, unreadable] = merged(parts);
+  if (hang.ranks.empty()) {
+    spdlog::warn("the job hangs, but no node sent its ranks' stacks{}",
+                 missing.empty() ? "" : " (none from " + missing + ")");
+    return std::nullopt;
+  }
+  const auto suspect = choose_suspect(hang);
+  const std::string host = posix::host_name();
+  std::string text = hang_report(hang, suspect, host, how(), plan_.hang_timeout_s);
+  if (!missing.empty()) text += "dtlaunch: no stacks came from " + missing + "\n";
+  if (unreadable) text += "dtlaunch: " + std::to_string(unreadable) + " node(s) sent what is not a part\n";
+  console_.write(2, text);
+  write_report(hang_report_json(hang, suspect, host, how(), plan_.hang_timeout_s));
+  if (!plan_.on_hang_fail) return std::nullopt;
+  // The suspect fails the job; without one, the lowest rank stands for it.
+  const auto& r = hang.ranks[suspect.value_or(0)];
+  return std::pair{r.rank, failure_message(hang, suspect ? &r : nullptr)};
+}
+
+void HangWatcher::verdict(int rank, const std::string& message) {
+  if (!plan_.on_hang_fail) return;
+  for (const auto& p : probes_()) {
+    if (p.rank == rank) return fail_rank(p, message);
+  }
+}
+
+void HangWatcher::write_report(const std::string& json) {
+  const auto file =
+      logs_.path() / ("attempt_" + std::to_string(attempt_)) / ("hang_" + std::to_string(++reports_) + ".json");
+  if (auto why = config::write_file_atomically(file.string(), json); why.empty()) {
+    wrote_report_ = true;
+    spdlog::info("the hang's report is in {}", file.string());
+  } else {
+    spdlog::warn("cannot write the hang's report: {}", why);
+  }
+}
+
+std::string HangWatcher::failure_message(const Hang& hang, const HungRank* suspect) {
+  return "hang: " +
+         (hang.cause.empty() ? "no rank printed for " + std::to_string(static_cast<long>(hang.silent_s)) + " s"
+                             : hang.cause) +
+         " (" + (suspect ? "suspect: " + suspect->doing : std::string("no suspect")) + ")";
+}
+
+void HangWatcher::fail_rank(const Probe& p, const std::string& message) {
+  Failure f = describe_failure(p.local_rank, p.rank, p.pid, 1 << 8, std::chrono::system_clock::now(), p.error_file);
+  if (f.error_file == "<N/A>") f.message = message;
+  fail_(f);
 }
 
 void HangWatcher::signal(std::string cause) {
@@ -390,6 +492,10 @@ void HangWatcher::signal(std::string cause) {
   }
   const auto probes = probes_();
   if (auto hang = watch_.on_signal(HangClock::now(), samples(probes), std::move(cause))) {
+    if (job_wide_) {
+      pending_cause_ = hang->cause;  // this node's part carries it to the job's report
+      return job_wide_->hang_seen();
+    }
     read_stacks(std::move(*hang), true, [this, probes](Hang read) { report(std::move(read), probes); });
   }
 }
@@ -414,7 +520,11 @@ void HangWatcher::tick() {
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || !watching_) return;
     auto probes = probes_();
-    if (auto hang = watch_.on_sample(HangClock::now(), samples(probes)); hang && !reading_) {
+    if (auto hang = watch_.on_sample(HangClock::now(), samples(probes)); hang && job_wide_) {
+      spdlog::info("no rank here printed for {:.0f} s: the job's report comes from the node hosting the rendezvous",
+                   hang->silent_s);
+      job_wide_->hang_seen();
+    } else if (hang && !reading_) {
       read_stacks(std::move(*hang), true, [this, probes](Hang read) { report(std::move(read), probes); });
     }
     tick();
@@ -467,33 +577,14 @@ std::string HangWatcher::how() const {
 void HangWatcher::report(Hang hang, const std::vector<Probe>& probes) {
   const auto suspect = find_suspect(hang);
   const std::string host = posix::host_name();
-  const std::string how = this->how();
-  console_.write(2, hang_report(hang, suspect, host, how, plan_.hang_timeout_s));
-  const auto file =
-      logs_.path() / ("attempt_" + std::to_string(attempt_)) / ("hang_" + std::to_string(++reports_) + ".json");
-  if (auto why = config::write_file_atomically(file.string(),
-                                               hang_report_json(hang, suspect, host, how, plan_.hang_timeout_s));
-      why.empty()) {
-    wrote_report_ = true;
-    spdlog::info("the hang's report is in {}", file.string());
-  } else {
-    spdlog::warn("cannot write the hang's report: {}", why);
-  }
+  console_.write(2, hang_report(hang, suspect, host, how(), plan_.hang_timeout_s));
+  write_report(hang_report_json(hang, suspect, host, how(), plan_.hang_timeout_s));
   if (!plan_.on_hang_fail) return;
   // The suspect fails the group; without one, the lowest rank stands for the job.
   const auto& r = hang.ranks[suspect.value_or(0)];
-  std::string error_file;
   for (const auto& p : probes) {
-    if (p.pid == r.pid) error_file = p.error_file;
+    if (p.pid == r.pid) return fail_rank(p, failure_message(hang, suspect ? &r : nullptr));
   }
-  Failure f = describe_failure(r.local_rank, r.rank, r.pid, 1 << 8, std::chrono::system_clock::now(), error_file);
-  if (f.error_file == "<N/A>") {
-    f.message = "hang: " +
-                (hang.cause.empty() ? "no rank printed for " + std::to_string(static_cast<long>(hang.silent_s)) + " s"
-                                    : hang.cause) +
-                " (" + (suspect ? "suspect: " + r.doing : std::string("no suspect on this node")) + ")";
-  }
-  fail_(f);
 }
 
 }  // namespace dtl::launcher

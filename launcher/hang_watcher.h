@@ -57,6 +57,25 @@ class HangWatcher {
   /// signal that dumps every thread into `stacks_file`. Empty elsewhere. `python_path`: the
   /// worker's PYTHONPATH otherwise.
   EnvPairs worker_variables(const std::string& stacks_file, const std::optional<std::string>& python_path) const;
+  /// A job over several nodes: its report and `dtlaunch stacks` cover every node, gathered by the
+  /// node hosting the rendezvous (rendezvous/protocol.h's StacksWanted and HangVerdict).
+  struct JobWide {
+    /// This node's watch found a hang: the host is to gather the job's report.
+    std::function<void()> hang_seen;
+    /// Every node's part, for `dtlaunch stacks`: `done` runs once all came or the time is up.
+    std::function<void(std::function<void(const std::vector<std::string>& parts, const std::string& missing)> done)>
+        gather;
+  };
+  /// Set for a round of several nodes; nullopt: this node's ranks are the job's.
+  void job_wide(std::optional<JobWide> hooks);
+  /// This node's part of the job's stacks now, at most `budget` bytes: `done` gets it.
+  void part(size_t budget, std::function<void(std::string)> done);
+  /// On the node hosting the rendezvous, every node's part of a hang: prints the job's report and
+  /// writes it; with --on_hang=fail, the rank that every node is to fail, and the failure's message.
+  std::optional<std::pair<int, std::string>> job_report(const std::vector<std::string>& parts,
+                                                        const std::string& missing);
+  /// The job's verdict: `rank` fails here, if it runs here (--on_hang=fail).
+  void verdict(int rank, const std::string& message);
   /// Whether a report went into the log folder (which is then worth keeping).
   bool wrote_report() const { return wrote_report_; }
 
@@ -67,6 +86,13 @@ class HangWatcher {
   /// (not after stop() or a new attempt, when `current` is set).
   void read_stacks(Hang hang, bool current, std::function<void(Hang)> done);
   void report(Hang hang, const std::vector<Probe>& probes);
+  /// Every rank's stack now, CPU over a short window, `doing` filled; nullopt when none runs.
+  void now(std::function<void(std::optional<Hang>)> done);
+  /// Parts parsed and merged; how many could not be read.
+  std::pair<Hang, int> merged(const std::vector<std::string>& parts) const;
+  void write_report(const std::string& json);
+  static std::string failure_message(const Hang& hang, const HungRank* suspect);
+  void fail_rank(const Probe& p, const std::string& message);
   std::string how() const;                            ///< which tool reads the stacks
   std::map<pid_t, std::string> stacks_files() const;  ///< each rank's faulthandler file, where ptrace is not allowed
   void listen();
@@ -90,6 +116,8 @@ class HangWatcher {
   std::optional<std::string> stack_reader_;  ///< found at the first hang; "" when there is none
   std::string no_ptrace_;                    ///< why a stack reader may not read the workers here; "" when it may
   std::string site_dir_;                     ///< the folder of dtlaunch's sitecustomize.py, where ptrace is not allowed
+  std::optional<JobWide> job_wide_;
+  std::string pending_cause_;  ///< a signalled hang's cause, for this node's next part
   boost::asio::local::stream_protocol::acceptor acceptor_;
   std::string socket_path_;  ///< `dtlaunch stacks`'s way in; "" when it could not be made
   std::shared_ptr<bool> alive_;

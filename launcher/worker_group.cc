@@ -563,6 +563,8 @@ void WorkerGroup::kill() { impl_->run_stop({{SIGKILL, std::chrono::milliseconds(
 void WorkerGroup::reap() { impl_->reap(); }
 void WorkerGroup::pass_on(int sig) { impl_->signal_workers(sig); }
 bool WorkerGroup::active() const { return impl_->phase != Impl::Phase::idle; }
+HangWatcher& WorkerGroup::hangs() { return impl_->watcher; }
+
 void WorkerGroup::watch_store(store::Server& store) {
   store.watch("exception_dump", [this](const std::string& value) {
     // After the store has answered the request that set it: the report reads stacks and may stop

@@ -19,6 +19,8 @@ class Server;
 
 namespace dtl::launcher {
 
+class HangWatcher;
+
 class WorkerGroup final : public Group {
  public:
   /// Worker output goes to `console` (and to files as the plan says).
@@ -39,6 +41,8 @@ class WorkerGroup final : public Group {
   /// Takes torch's word in `store` that a collective timed out (NCCL's watchdog sets exception_dump)
   /// as a hang (HangWatcher::signal). The store must outlive the group.
   void watch_store(store::Server& store);
+  /// The hang watch over these workers (a node of a job of several wires it to the rendezvous).
+  HangWatcher& hangs();
   /// Whether any worker output went to per-rank files (the log directory is worth keeping).
   bool wrote_log_files() const;
 

@@ -53,7 +53,7 @@ def main():
     rank = dist.get_rank()
     first = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
     print(f"ready rank {rank}", flush=True)
-    if rank == 1 and (mode == "sleep" or (mode == "first-attempt" and first)):
+    if rank == int(os.environ.get("STUCK_RANK", "1")) and (mode == "sleep" or (mode == "first-attempt" and first)):
         stuck()
     if rank == 1 and mode in ("spin", "watchdog"):
         spin()
@@ -191,6 +191,60 @@ class Hangs(LaunchTest):
         [report] = self.reports()
         self.assertEqual(report["suspect"], 1)
         self.assertIn("NCCL watchdog", report["cause"])
+
+    def two_nodes(self, mode, *flags, runtime=None, **env):
+        """Nodes 0 and 1 of a static job on loopback, 2 ranks each; rank 3, on node 1, is the stuck one."""
+        port = free_port()
+        nodes = []
+        for node in (0, 1):
+            extra = {"XDG_RUNTIME_DIR": runtime} if runtime and node == 1 else {}
+            args = ["--nnodes=2", f"--node_rank={node}", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                    f"--master_port={port}", "--log_dir", os.path.join(self.logs, str(node)), *flags, self.script, mode]
+            nodes.append(Running([DTLAUNCH, *args], self.env(PYTHON_EXEC=PYTHON, OMP_NUM_THREADS="1", STUCK_RANK="3",
+                                                             **extra, **env)))
+        return nodes
+
+    def test_two_nodes_one_report_on_the_host_names_the_rank_on_the_other_and_fail_ends_both(self):
+        nodes = self.two_nodes("sleep", "--hang_timeout=5", "--on_hang=fail")
+        host, other = [n.finish(timeout=120) for n in nodes]
+        self.assertEqual(host.returncode, 1, host.stderr)
+        self.assertEqual(other.returncode, 1, other.stderr)
+        # the host prints the job's report: every rank of both nodes, one block for the three waiting
+        self.assertEqual(host.stderr.count("dtlaunch: hang: "), 1, host.stderr)
+        self.assertRegex(host.stderr, r"  ranks 0-2:\n    thread MainThread\n      all_reduce \(")
+        self.assertRegex(host.stderr, r"  rank 3:\n    thread MainThread\n      stuck \(hang\.py:\d+\)")
+        self.assertRegex(host.stderr, r"dtlaunch: suspect rank 3 on \S+ \(pid \d+\): stuck \(hang\.py:\d+\)")
+        # the other node says where the report is, and fails its rank 3 as the host decided
+        self.assertNotIn("dtlaunch: hang: ", other.stderr)
+        self.assertIn("the job's report comes from the node hosting the rendezvous", other.stderr)
+        root = host.stderr.split("Root Cause")[1]
+        self.assertIn("rank      : 3 (local_rank: 1)", root)
+        self.assertRegex(root, r"hang: no rank printed for [5-9] s")
+        [path] = glob.glob(os.path.join(self.logs, "0", "*", "attempt_0", "hang_*.json"))
+        with open(path) as f:
+            report = json.load(f)
+        self.assertEqual(report["suspect"], 3)
+        self.assertEqual([x["rank"] for x in report["ranks"]], [0, 1, 2, 3])
+
+    def test_two_nodes_a_first_attempt_hang_restarts_both_and_the_job_succeeds(self):
+        nodes = self.two_nodes("first-attempt", "--hang_timeout=5", "--on_hang=fail", "--max_restarts=1")
+        for r in [n.finish(timeout=150) for n in nodes]:
+            self.assertExitCode(r, 0)
+
+    def test_dtlaunch_stacks_on_the_other_node_prints_every_node_s_ranks(self):
+        runtime = os.path.join(self.tmp, "run")
+        os.mkdir(runtime, 0o700)
+        nodes = self.two_nodes("sleep", runtime=runtime, STUCK_S="10")
+        for n in nodes:
+            n.wait_for(r"ready rank \d", count=2)
+        r = subprocess.run([DTLAUNCH, "stacks"], env=self.env(XDG_RUNTIME_DIR=runtime), capture_output=True, text=True,
+                           timeout=60)
+        self.assertExitCode(r, 0)
+        self.assertIn("dtlaunch: the stacks of 4 ranks on 1 nodes:\n", r.stdout)  # one host name: loopback
+        self.assertRegex(r.stdout, r"  ranks 0-2:\n    thread MainThread\n      all_reduce \(")
+        self.assertRegex(r.stdout, r"  rank 3:\n    thread MainThread\n      stuck \(hang\.py:\d+\)")
+        for done in [n.finish(timeout=120) for n in nodes]:
+            self.assertExitCode(done, 0)
 
     @unittest.skipUnless(HAVE_SECCOMP, "no python3-seccomp: ptrace cannot be denied here")
     def test_without_ptrace_the_stacks_come_from_faulthandler_and_a_user_s_sitecustomize_still_runs(self):

@@ -252,3 +252,51 @@ Current thread 0x00007f2a7d1b8740 (most recent call first):
   CHECK(parse_faulthandler("").empty());
   CHECK(parse_faulthandler("  File \"x.py\", line 1 in f\n").empty());  // no thread line: not a dump
 }
+
+TEST_CASE("hang watch: a node's part goes to the host and back, cut to fit, and the parts merge by rank") {
+  Hang b{7, {}, ""};
+  b.ranks.push_back({3, 1, 301, 'S', 0.5, 7, false, "blocked", {"thread MainThread", "stuck (hang.py:9)"}, ""});
+  b.ranks.push_back({2,
+                     0,
+                     300,
+                     'S',
+                     0.1,
+                     8,
+                     false,
+                     "in a collective",
+                     {"thread Thread-1", "run (threading.py:1)", "", "thread MainThread",
+                      "all_reduce (torch/distributed/distributed_c10d.py:1)"},
+                     ""});
+  const auto part = hang_part(b, "node-b", "py-spy", 1 << 16);
+  auto back = parse_hang_part(part);
+  REQUIRE(back);
+  REQUIRE(back->ranks.size() == 2);
+  CHECK(back->ranks[0].host == "node-b");
+  CHECK(back->ranks[0].doing == "blocked");
+  CHECK(back->ranks[1].stack == b.ranks[1].stack);
+  CHECK(back->silent_s == Approx(7));
+
+  // too big for the budget: the main threads only, then fewer frames
+  const auto cut = parse_hang_part(hang_part(b, "node-b", "py-spy", part.size() - 10));
+  REQUIRE(cut);
+  CHECK(cut->ranks[1].stack ==
+        std::vector<std::string>{"thread MainThread", "all_reduce (torch/distributed/distributed_c10d.py:1)"});
+  CHECK_FALSE(parse_hang_part("not json"));
+  CHECK_FALSE(parse_hang_part("[1, 2]"));
+
+  Hang a{9, {}, "rank 0's NCCL watchdog timed out a collective"};
+  a.ranks.push_back({0, 0, 100, 'S', 0, 9, false, "in a collective", {"thread MainThread", "all_reduce (x.py:1)"}, ""});
+  a.ranks[0].host = "node-a";
+  const Hang all = merge_parts({*back, a});
+  CHECK(all.silent_s == Approx(7));
+  CHECK(all.cause == "rank 0's NCCL watchdog timed out a collective");
+  REQUIRE(all.ranks.size() == 3);
+  CHECK(all.ranks[0].rank == 0);
+  CHECK(all.ranks[2].rank == 3);
+  const auto suspect = choose_suspect(all);
+  REQUIRE(suspect);
+  CHECK(all.ranks[*suspect].rank == 3);
+  const auto text = hang_report(all, suspect, "node-a", "py-spy", 10);
+  CHECK(text.find("  3      node-b ") != std::string::npos);
+  CHECK(text.ends_with("dtlaunch: suspect rank 3 on node-b (pid 301): stuck (hang.py:9)\n"));
+}

@@ -247,7 +247,7 @@ TEST_CASE("bodies with a bad version or type are refused by name") {
   CHECK(error_of({0}) == "unsupported protocol version 0");
   CHECK(error_of({1}) == "frame body of 1 byte has no message type");
   CHECK(error_of({1, 0}) == "unknown message type 0");
-  CHECK(error_of({1, 13}) == "unknown message type 13");
+  CHECK(error_of({1, 18}) == "unknown message type 18");
   CHECK(error_of({1, 255}) == "unknown message type 255");
   CHECK(error_of({}) == "empty frame (body length 0)");
   CHECK(error_of(Bytes(kMaxFrameBody + 1, 1)) == "frame body of 65537 bytes exceeds the 65536-byte limit");
