@@ -7,9 +7,11 @@
 #include <array>
 #include <deque>
 #include <memory>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -20,6 +22,7 @@
 #include "launcher/fanout_state.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/spawn.h"
+#include "launcher/stacks_socket.h"
 
 #ifndef DTL_VERSION
 #define DTL_VERSION "unknown"
@@ -32,6 +35,7 @@ using namespace fanout;
 namespace {
 
 constexpr int kTimers = 3;  ///< fanout::Timer's values
+constexpr auto kRelayTimeout = std::chrono::seconds(60);  ///< `dtlaunch stacks` through the first host
 
 /// One host's ssh: its pipes, its output as whole lines with the host in front, and its pid.
 struct Node {
@@ -40,6 +44,7 @@ struct Node {
   const NodeStart& start;
   const size_t index;  ///< its place in the plan, which FanoutState's events name
   pid_t pid = -1;
+  pid_t agent_pid = 0;  ///< the host's dtlaunch, from its hello
   bool reaped = false;
   asio::posix::stream_descriptor in, out, err;
   LinePrefixer out_lines, err_lines;
@@ -67,7 +72,10 @@ class Fanout {
     for (const auto& s : plan_.nodes) nodes_.push_back(std::make_unique<Node>(io_, s, nodes_.size()));
     for (auto& n : nodes_) start(*n);
     apply(state_.start());
+    // Its pending accept is work for the loop, which runs until no work is left: Finish closes it.
+    socket_ = std::make_unique<StacksSocket>(io_, [this](StacksSocket::Reply reply) { stacks(std::move(reply)); });
     io_.run();
+    if (relay_.joinable()) relay_.join();
     console_.forget(io_);
     return exit_code_;
   }
@@ -141,6 +149,7 @@ class Fanout {
     std::string rest = n.before_hello.substr(eol + 1);
     n.before_hello.clear();
     n.hello_read = true;
+    if (auto said = parse_hello(line)) n.agent_pid = said->pid;
     apply(state_.on_hello(n.index, line));
     return rest;
   }
@@ -197,6 +206,27 @@ class Fanout {
       signal_worker(n.pid, a.signal);
     }
   }
+  /// `dtlaunch stacks` where the fan-out runs: the first host's, over the job's ssh, which gathers
+  /// every host's ranks (its agent hosts the rendezvous).
+  void stacks(StacksSocket::Reply reply) {
+    const Node& first = *nodes_.front();
+    if (first.agent_pid <= 0) return reply("dtlaunch: " + first.start.host + " has not started its agent yet\n");
+    if (relaying_) return reply("dtlaunch: the stacks are being read for another `dtlaunch stacks`: ask again in a moment\n");
+    std::vector<std::string> argv = first.start.argv;
+    argv.back() = "exec " + shell_quote(plan_.remote_dtlaunch) + " stacks " + std::to_string(first.agent_pid);
+    relaying_ = true;
+    if (relay_.joinable()) relay_.join();
+    relay_ = std::jthread([this, argv, reply, host = first.start.host] {
+      std::string text;
+      for (const auto& line : posix::run_program(argv, kRelayTimeout).lines) text += line + "\n";
+      if (text.empty()) text = "dtlaunch: no stacks came from " + host + " (`dtlaunch stacks` there)\n";
+      asio::post(io_, [this, reply, text] {
+        relaying_ = false;
+        reply(text);
+      });
+    });
+  }
+
   void act(const Arm& a) {
     auto& timer = *timers_[static_cast<size_t>(a.timer)];
     timer.expires_after(a.after);
@@ -209,6 +239,7 @@ class Fanout {
   void act(const Info& a) { spdlog::info("{}", a.text); }
   void act(const Finish& a) {
     exit_code_ = a.exit_code;
+    socket_.reset();
     boost::system::error_code ignored;
     signals_.cancel(ignored);
     for (auto& n : nodes_) {
@@ -226,6 +257,9 @@ class Fanout {
   std::vector<std::unique_ptr<asio::steady_timer>> timers_;  ///< by fanout::Timer
   std::vector<std::unique_ptr<Node>> nodes_;
   int exit_code_ = 1;
+  bool relaying_ = false;
+  std::jthread relay_;                    ///< a `dtlaunch stacks` over ssh
+  std::unique_ptr<StacksSocket> socket_;  ///< `dtlaunch stacks`'s way in, until the job ends
 };
 
 }  // namespace

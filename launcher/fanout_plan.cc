@@ -239,6 +239,7 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
   const auto count = count_per_host(o);
   FanoutPlan plan;
   plan.ssh_path = *ssh_path;
+  plan.remote_dtlaunch = o.fanout.remote_dtlaunch;
   plan.environment = in.environment;
   plan.stop_timeout_s = o.shutdown_timeout_s;
   plan.master_from_first_host = !master_given;

@@ -28,6 +28,7 @@ struct NodeStart {
 struct FanoutPlan {
   std::vector<NodeStart> nodes;          ///< in node-rank order
   std::string ssh_path;                  ///< argv[0], found on PATH
+  std::string remote_dtlaunch;           ///< the hosts' dtlaunch, as --remote_dtlaunch names it
   std::vector<std::string> environment;  ///< ssh's: this process's, as the inputs had it
   double stop_timeout_s = 30;            ///< how long the nodes may take to stop before ssh is killed
   /// No --master_addr: PET_MASTER_ADDR is meeting_address() of the first host, known at its hello.

@@ -28,8 +28,8 @@ constexpr std::pair<int, std::string_view> kPassedOn[] = {{SIGUSR1, "USR1"}, {SI
 constexpr size_t kMaxControlLine = 64;
 }  // namespace
 
-std::string node_hello(const std::vector<std::string>& addresses) {
-  std::string line = std::string(kHelloWord) + DTL_VERSION;
+std::string node_hello(pid_t pid, const std::vector<std::string>& addresses) {
+  std::string line = std::string(kHelloWord) + DTL_VERSION + " pid=" + std::to_string(pid);
   for (const auto& a : addresses) {
     if (line.size() + 1 + a.size() > kHelloBudget) break;
     line += " " + a;
@@ -42,7 +42,13 @@ std::optional<Hello> parse_hello(std::string_view line) {
   std::istringstream words{std::string(line.substr(kHelloWord.size()))};
   Hello h;
   words >> h.version;
-  for (std::string a; words >> a;) h.addresses.push_back(a);
+  for (std::string a; words >> a;) {
+    if (a.starts_with("pid=") && h.addresses.empty()) {
+      h.pid = static_cast<pid_t>(std::strtol(a.c_str() + 4, nullptr, 10));
+    } else {
+      h.addresses.push_back(a);
+    }
+  }
   return h;
 }
 

@@ -1,12 +1,15 @@
 // The wire between the fan-out's launcher and each host's `dtlaunch fanout-node`: the ssh channel's
 // standard input and output.
-//   1. the node prints `dtlaunch-node VERSION ADDRESS...` (the preflight: the host is reachable, and
-//      runs this dtlaunch; its first addresses, as `hostname -I` lists them);
+//   1. the node prints `dtlaunch-node VERSION pid=PID ADDRESS...` (the preflight: the host is
+//      reachable, and runs this dtlaunch; the agent's pid, by which `dtlaunch stacks` there names
+//      it; its first addresses, as `hostname -I` lists them);
 //   2. once every host has answered, the launcher sends the node's variables as NAME=VALUE\0 entries,
 //      ended by an empty one;
 //   3. then, on the same input, one line per signal passed on to the node's workers (`signal USR1`);
 //      the end of that input stops the node's workers: Ctrl-C here, a dropped connection, a killed ssh.
 #pragma once
+
+#include <sys/types.h>
 
 #include <optional>
 #include <string>
@@ -21,11 +24,12 @@ using Variables = std::vector<std::pair<std::string, std::string>>;
 /// The most bytes of a hello the launcher reads before its newline; node_hello stays under it.
 inline constexpr size_t kMaxHelloBytes = 4096;
 
-/// The first line a node prints: the hello word, this dtlaunch's version, then as many of
-/// `addresses`, in order, as fit in 1 KiB (the launcher uses the first).
-std::string node_hello(const std::vector<std::string>& addresses);
+/// The first line a node prints: the hello word, this dtlaunch's version, `pid=` the agent's pid,
+/// then as many of `addresses`, in order, as fit in 1 KiB (the launcher uses the first).
+std::string node_hello(pid_t pid, const std::vector<std::string>& addresses);
 struct Hello {
   std::string version;
+  pid_t pid = 0;  ///< 0 when the node did not say
   std::vector<std::string> addresses;
 };
 /// A node's first line; nullopt when it is no hello at all.

@@ -260,9 +260,8 @@ HangWatcher::HangWatcher(asio::io_context& io, Console& console, const LaunchPla
       fail_(std::move(fail)),
       timer_(io),
       watch_(std::chrono::milliseconds(static_cast<long>(plan.hang_timeout_s * 1000))),
-      acceptor_(io),
-      alive_(std::make_shared<bool>(true)) {
-  listen();
+      alive_(std::make_shared<bool>(true)),
+      socket_(io, [this](StacksSocket::Reply reply) { answer(reply); }) {
   if (plan.hang_timeout_s <= 0 || !plan.python_workers) return;
   no_ptrace_ = ptrace_denied();
   if (no_ptrace_.empty()) return;
@@ -298,54 +297,10 @@ std::map<pid_t, std::string> HangWatcher::stacks_files() const {
 
 HangWatcher::~HangWatcher() {
   *alive_ = false;
-  boost::system::error_code ignored;
-  acceptor_.close(ignored);
-  if (!socket_path_.empty()) ::unlink(socket_path_.c_str());
   if (reader_.joinable()) reader_.join();  // at most kStackTimeout: its handler never runs now
 }
 
-void HangWatcher::listen() {
-  const std::string dir = stacks_dir(true);
-  if (dir.empty()) return;  // `dtlaunch stacks` will say no job runs here
-  const std::string path = dir + "/" + std::to_string(::getpid()) + ".sock";
-  ::unlink(path.c_str());  // a SIGKILLed dtlaunch's of the same pid
-  boost::system::error_code ec;
-  acceptor_.open(asio::local::stream_protocol(), ec);
-  if (!ec) ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
-  if (!ec) acceptor_.bind(asio::local::stream_protocol::endpoint(path), ec);
-  if (!ec) acceptor_.listen(8, ec);
-  if (ec) {
-    spdlog::debug("no socket for `dtlaunch stacks` at {}: {}", path, ec.message());
-    acceptor_.close(ec);
-    return;
-  }
-  socket_path_ = path;
-  accept();
-}
-
-void HangWatcher::accept() {
-  auto peer = std::make_shared<asio::local::stream_protocol::socket>(io_);
-  acceptor_.async_accept(*peer, [this, peer](const boost::system::error_code& ec) {
-    if (ec == asio::error::operation_aborted) return;
-    if (!ec) {
-      ::fcntl(peer->native_handle(), F_SETFD, FD_CLOEXEC);
-      ucred cred{};
-      socklen_t len = sizeof cred;
-      // Only the job's own user, or root, may read its stacks (the folder is the user's alone too).
-      if (getsockopt(peer->native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
-          (cred.uid == getuid() || cred.uid == 0)) {
-        answer(peer);
-      }
-    }
-    accept();
-  });
-}
-
-void HangWatcher::answer(std::shared_ptr<asio::local::stream_protocol::socket> peer) {
-  const auto reply = [peer](std::string text) {
-    auto kept = std::make_shared<std::string>(std::move(text));
-    asio::async_write(*peer, asio::buffer(*kept), [peer, kept](const boost::system::error_code&, size_t) {});
-  };
+void HangWatcher::answer(const StacksSocket::Reply& reply) {
   if (job_wide_) {  // every node's ranks, through the rendezvous
     return job_wide_->gather([this, reply](const std::vector<std::string>& parts, const std::string& missing) {
       auto [hang, unreadable] = merged(parts);

@@ -23,6 +23,7 @@
 
 #include "base/failure.h"
 #include "launcher/hang_watch.h"
+#include "launcher/stacks_socket.h"
 #include "launcher/worker_env.h"
 
 namespace dtl::launcher {
@@ -95,9 +96,7 @@ class HangWatcher {
   void fail_rank(const Probe& p, const std::string& message);
   std::string how() const;                            ///< which tool reads the stacks
   std::map<pid_t, std::string> stacks_files() const;  ///< each rank's faulthandler file, where ptrace is not allowed
-  void listen();
-  void accept();
-  void answer(std::shared_ptr<boost::asio::local::stream_protocol::socket> peer);
+  void answer(const StacksSocket::Reply& reply);  ///< `dtlaunch stacks`
 
   boost::asio::io_context& io_;
   Console& console_;
@@ -118,9 +117,8 @@ class HangWatcher {
   std::string site_dir_;                     ///< the folder of dtlaunch's sitecustomize.py, where ptrace is not allowed
   std::optional<JobWide> job_wide_;
   std::string pending_cause_;  ///< a signalled hang's cause, for this node's next part
-  boost::asio::local::stream_protocol::acceptor acceptor_;
-  std::string socket_path_;  ///< `dtlaunch stacks`'s way in; "" when it could not be made
   std::shared_ptr<bool> alive_;
+  StacksSocket socket_;  ///< `dtlaunch stacks`'s way in
   std::jthread reader_;
 };
 

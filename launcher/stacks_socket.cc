@@ -1,5 +1,6 @@
 #include "launcher/stacks_socket.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -12,10 +13,14 @@
 #include <filesystem>
 #include <iostream>
 
+#include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
+
 #include "base/error.h"
 #include "base/posix.h"
 
 namespace dtl::launcher {
+namespace asio = boost::asio;
 
 std::string stacks_dir(bool create) {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
@@ -45,6 +50,53 @@ std::vector<LiveJob> live_jobs() {
     jobs.push_back({pid, entry.path().string()});
   }
   return jobs;
+}
+
+StacksSocket::StacksSocket(boost::asio::io_context& io, std::function<void(Reply)> ask)
+    : io_(io), ask_(std::move(ask)), acceptor_(io) {
+  const std::string dir = stacks_dir(true);
+  if (dir.empty()) return;  // `dtlaunch stacks` will say no job runs here
+  const std::string path = dir + "/" + std::to_string(::getpid()) + ".sock";
+  ::unlink(path.c_str());  // a SIGKILLed dtlaunch's of the same pid
+  boost::system::error_code ec;
+  acceptor_.open(asio::local::stream_protocol(), ec);
+  if (!ec) ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
+  if (!ec) acceptor_.bind(asio::local::stream_protocol::endpoint(path), ec);
+  if (!ec) acceptor_.listen(8, ec);
+  if (ec) {
+    spdlog::debug("no socket for `dtlaunch stacks` at {}: {}", path, ec.message());
+    acceptor_.close(ec);
+    return;
+  }
+  path_ = path;
+  accept();
+}
+
+StacksSocket::~StacksSocket() {
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  if (!path_.empty()) ::unlink(path_.c_str());
+}
+
+void StacksSocket::accept() {
+  auto peer = std::make_shared<asio::local::stream_protocol::socket>(io_);
+  acceptor_.async_accept(*peer, [this, peer](const boost::system::error_code& ec) {
+    if (ec == asio::error::operation_aborted) return;
+    if (!ec) {
+      ::fcntl(peer->native_handle(), F_SETFD, FD_CLOEXEC);
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      // Only the job's own user, or root, may read its stacks (the folder is the user's alone too).
+      if (getsockopt(peer->native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+          (cred.uid == getuid() || cred.uid == 0)) {
+        ask_([peer](std::string text) {
+          auto kept = std::make_shared<std::string>(std::move(text));
+          asio::async_write(*peer, asio::buffer(*kept), [peer, kept](const boost::system::error_code&, size_t) {});
+        });
+      }
+    }
+    accept();
+  });
 }
 
 int print_stacks(const std::optional<pid_t>& pid) {

@@ -174,7 +174,7 @@ int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args
 /// job's token among them) from stdin, and keeps stdin to learn when the launching side goes away.
 /// Returns that control fd, or -1 when the input ended first.
 int become_node() {
-  const std::string hello = launcher::node_hello(posix::host_addresses()) + "\n";
+  const std::string hello = launcher::node_hello(getpid(), posix::host_addresses()) + "\n";
   if (!posix::write_all(1, hello)) return -1;
   auto vars = launcher::read_variables(0);
   if (!vars) return -1;

@@ -10,6 +10,7 @@ import sys
 import unittest
 
 from common import DTLAUNCH, LaunchTest, Running, free_port, main
+from test_fanout_loopback import FAKE_SSH
 
 try:
     import seccomp  # noqa: F401 (Debian's python3-seccomp: no_ptrace.py denies ptrace with it)
@@ -245,6 +246,30 @@ class Hangs(LaunchTest):
         self.assertRegex(r.stdout, r"  rank 3:\n    thread MainThread\n      stuck \(hang\.py:\d+\)")
         for done in [n.finish(timeout=120) for n in nodes]:
             self.assertExitCode(done, 0)
+
+    def test_dtlaunch_stacks_where_the_fan_out_runs_prints_every_host_s_ranks(self):
+        # Two hosts through ssh's stand-in (test_fanout_loopback.py), each agent on this machine.
+        ssh = os.path.join(self.tmp, "fake-ssh")
+        with open(ssh, "w") as f:
+            f.write(FAKE_SSH)
+        os.chmod(ssh, 0o700)
+        hostfile = os.path.join(self.tmp, "hostfile")
+        with open(hostfile, "w") as f:
+            f.write("127.0.0.1 slots=2\nlocalhost slots=2\n")
+        runtime = os.path.join(self.tmp, "run")
+        os.mkdir(runtime, 0o700)
+        env = self.env(PYTHON_EXEC=PYTHON, OMP_NUM_THREADS="1", STUCK_RANK="3", STUCK_S="10", XDG_RUNTIME_DIR=runtime,
+                       FAKE_SSH_LOG=os.path.join(self.tmp, "ssh.log"))
+        fanout = Running([DTLAUNCH, "--hostfile", hostfile, "--ssh_command", ssh, "--remote_dtlaunch",
+                          os.path.realpath(DTLAUNCH), "--master_port", str(free_port()), self.script, "sleep"], env)
+        fanout.wait_for(r"ready rank \d", count=4)
+        r = subprocess.run([DTLAUNCH, "stacks", str(fanout.proc.pid)], env=env, capture_output=True, text=True,
+                           timeout=90)
+        self.assertExitCode(r, 0)
+        self.assertIn("dtlaunch: the stacks of 4 ranks on ", r.stdout)
+        self.assertRegex(r.stdout, r"  ranks 0-2:\n    thread MainThread\n      all_reduce \(")
+        self.assertRegex(r.stdout, r"  rank 3:\n    thread MainThread\n      stuck \(hang\.py:\d+\)")
+        self.assertExitCode(fanout.finish(timeout=120), 0)
 
     @unittest.skipUnless(HAVE_SECCOMP, "no python3-seccomp: ptrace cannot be denied here")
     def test_without_ptrace_the_stacks_come_from_faulthandler_and_a_user_s_sitecustomize_still_runs(self):

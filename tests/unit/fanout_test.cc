@@ -252,15 +252,17 @@ TEST_CASE("fan-out wire: variables round-trip, a cut stream is refused") {
 }
 
 TEST_CASE("fan-out: the node's hello carries its addresses; without --master_addr the hosts meet at the first's") {
-  const std::string version = launcher::parse_hello(launcher::node_hello({}))->version;
+  const std::string version = launcher::parse_hello(launcher::node_hello(1, {}))->version;
   CHECK_FALSE(version.empty());
-  const auto line = launcher::node_hello({"10.0.0.5", "fd00::5"});
-  CHECK(line == "dtlaunch-node " + version + " 10.0.0.5 fd00::5");
+  const auto line = launcher::node_hello(4242, {"10.0.0.5", "fd00::5"});
+  CHECK(line == "dtlaunch-node " + version + " pid=4242 10.0.0.5 fd00::5");
   auto h = launcher::parse_hello(line);
   REQUIRE(h);
   CHECK(h->version == version);
+  CHECK(h->pid == 4242);
   CHECK(h->addresses == std::vector<std::string>{"10.0.0.5", "fd00::5"});
   CHECK(launcher::parse_hello("dtlaunch-node 0.0.1")->addresses.empty());
+  CHECK(launcher::parse_hello("dtlaunch-node 0.0.1 10.0.0.5")->pid == 0);  // an older node's
   CHECK_FALSE(launcher::parse_hello("Welcome to the login node"));
 
   // deepspeed's runner: the first of `ssh first-host hostname -I`. A name only the launching side's
@@ -279,7 +281,7 @@ TEST_CASE("fan-out: the node's hello carries its addresses; without --master_add
 TEST_CASE("fan-out wire: a hello stays under 1 KiB however many addresses the host has, the first kept") {
   std::vector<std::string> many;
   for (int i = 0; i < 3000; ++i) many.push_back("10.77." + std::to_string(i / 250) + "." + std::to_string(i % 250));
-  const auto line = launcher::node_hello(many);
+  const auto line = launcher::node_hello(4242, many);
   CHECK(line.size() <= 1024);
   auto h = launcher::parse_hello(line);
   REQUIRE(h);
