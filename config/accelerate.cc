@@ -75,7 +75,7 @@ namespace {
 /// FPROP, DGRAD, WGRAD: a flag's comma-separated booleans (`type=lambda x: tuple(map(str_to_bool, ...))`),
 /// a file's list as PyYAML read it, or a file's string character by character (str(value[i])).
 std::vector<std::string> override_precision(const LaunchOptions& o, const std::string& v) {
-  const Source source = o.source("fp8_override_linear_precision");
+  const Source source = o.source(Setting::fp8_override_linear_precision);
   std::vector<std::string> parts;
   if (source.kind == Source::Kind::file && source.note == kOverrideCharacters) {
     for (size_t i = 0; i < 3 && i < v.size(); ++i) parts.emplace_back(1, v[i]);
@@ -158,7 +158,7 @@ void add_deepspeed(const LaunchOptions& o, const Settings& s, const AccelerateHo
   // accelerate's DeepSpeed launcher imports deepspeed, whose __init__ does os.environ.setdefault() this.
   if (!host.env("PYTORCH_NVML_BASED_CUDA_CHECK")) vars.emplace_back("PYTORCH_NVML_BASED_CUDA_CHECK", "1");
   std::vector<std::string> fields = o.accelerate.deepspeed_fields;
-  if (o.source("mixed_precision").kind == Source::Kind::file) fields.push_back("mixed_precision");
+  if (o.source(Setting::mixed_precision).kind == Source::Kind::file) fields.push_back("mixed_precision");
   vars.emplace_back("ACCELERATE_CONFIG_DS_FIELDS", text::lower(text::join(fields)));
   vars.emplace_back("ACCELERATE_USE_DEEPSPEED", "true");
   const std::tuple<const char*, const char*, bool> optional[] = {

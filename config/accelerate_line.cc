@@ -108,8 +108,8 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
   };
   if (o.accelerate.values.count("use_fsdp") && value("use_fsdp", "0") == "1" &&
       value("fsdp_cpu_ram_efficient_loading", "true") == "true" && value("fsdp_sync_module_states", "true") != "true") {
-    return Error{o.source("fsdp_cpu_ram_efficient_loading").where + ": fsdp_cpu_ram_efficient_loading needs "
-                 "fsdp_sync_module_states (" + o.source("fsdp_sync_module_states").where + ") to be true, as accelerate says"};
+    return Error{o.source(Setting::fsdp_cpu_ram_efficient_loading).where + ": fsdp_cpu_ram_efficient_loading needs "
+                 "fsdp_sync_module_states (" + o.source(Setting::fsdp_sync_module_states).where + ") to be true, as accelerate says"};
   }
   // DeepSpeed on several machines through deepspeed's runner (any launcher but `standard`, which is
   // torchrun): its launch.py starts the workers on every machine, with CROSS_RANK, CROSS_SIZE,
@@ -124,15 +124,15 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
   }
   // pdsh, openmpi, ...: `deepspeed --hostfile` on this machine starts every host: dtlaunch's ssh fan-out.
   if (o.fanout.hostfile.empty() && o.fanout.hosts.empty()) {
-    const auto take = [&](const char* from, const char* to, std::string& field, const char* fallback) {
-      auto it = v.find(from);
+    const auto take = [&](Setting from, Setting to, std::string& field, const char* fallback) {
+      auto it = v.find(setting_name(from));
       field = it == v.end() ? fallback : it->second;
       if (it != v.end()) o.sources[to] = o.source(from);
     };
-    take("deepspeed_hostfile", "hostfile", o.fanout.hostfile, "/job/hostfile");  // deepspeed's default
-    if (!v.count("deepspeed_hostfile")) o.sources["hostfile"] = {Source::Kind::default_, "deepspeed's default hostfile", ""};
-    take("deepspeed_inclusion_filter", "include", o.fanout.include, "");
-    take("deepspeed_exclusion_filter", "exclude", o.fanout.exclude, "");
+    take(Setting::deepspeed_hostfile, Setting::hostfile, o.fanout.hostfile, "/job/hostfile");  // deepspeed's default
+    if (!v.count("deepspeed_hostfile")) o.sources[Setting::hostfile] = {Source::Kind::default_, "deepspeed's default hostfile", ""};
+    take(Setting::deepspeed_inclusion_filter, Setting::include, o.fanout.include, "");
+    take(Setting::deepspeed_exclusion_filter, Setting::exclude, o.fanout.exclude, "");
     o.fanout.deepspeed_runner = true;
   }
   return std::nullopt;
@@ -163,7 +163,7 @@ void take_accelerate_facts(bool launch, const ConfigFile* file, const std::vecto
     return s.flag->accelerate_only && s.source.kind != Source::Kind::default_;
   });
   o.accelerate.launch = launch || accelerate_file || accelerate_setting;
-  if (launch && o.source("nproc_per_node").kind == Source::Kind::default_) {
+  if (launch && o.source(Setting::nproc_per_node).kind == Source::Kind::default_) {
     o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
   }
   o.accelerate.cpu_flag = o.use_cpu && as_flag(settings[static_cast<size_t>(Setting::use_cpu)], o);
@@ -173,14 +173,14 @@ void take_accelerate_facts(bool launch, const ConfigFile* file, const std::vecto
   }
   // accelerate's --gradient_clipping is a float: str(1.0) is "1.0"; a file's value is as YAML wrote it.
   auto clipping = o.accelerate.values.find("gradient_clipping");
-  if (clipping != o.accelerate.values.end() && o.source("gradient_clipping").kind != Source::Kind::file) {
+  if (clipping != o.accelerate.values.end() && o.source(Setting::gradient_clipping).kind != Source::Kind::file) {
     clipping->second = python_float(std::strtod(clipping->second.c_str(), nullptr));
   }
   // accelerate's args.use_cpu: the file's key, else --cpu. A MULTI_CPU file without the key keeps the
   // GPUs out of dtlaunch's plan only; an inherited ACCELERATE_USE_CPU is the workers' to read.
   o.accelerate.use_cpu = accelerate_file ? file->use_cpu : o.accelerate.cpu_flag;
   if (accelerate_file) o.accelerate.deepspeed_fields = file->deepspeed_fields;
-  const bool from_file = o.source("gpu_ids").kind == Source::Kind::file;
+  const bool from_file = o.source(Setting::gpu_ids).kind == Source::Kind::file;
   o.accelerate.physical_gpu_ids = o.gpu_ids && (from_file ? accelerate_file : launch);
 }
 

@@ -55,7 +55,7 @@ bool slurm_step(const EnvLookup& env, ClusterDetection& d) {
   if (id) {
     d.values[Setting::master_port] = {std::to_string(slurm_job_port(*id)), "SLURM_JOB_ID",
                                       "10000 + SLURM_JOB_ID % 10000", std::nullopt};
-  } else if (job) {  // the nodes' port and job id come from it: never a silent 29500
+  } else if (job) {  // the nodes' port and job id come from it: never 29500 without a word
     const std::string why =
         "SLURM_JOB_ID=" + printable(*job) + " is not a job number (give --master_port and --rdzv_id)";
     d.values[Setting::master_port] = {"", "SLURM_JOB_ID", "", why};

@@ -425,18 +425,18 @@ std::optional<Error> check_rules(const std::vector<Resolved>& settings, LaunchOp
     return value_error(setting(Setting::module), "--module runs python -m and cannot be combined with --no_python");
   }
   if (o.virtual_local_rank && o.gpu_visibility == GpuVisibility::all &&
-      o.source("gpu_visibility").kind != Source::Kind::default_) {
+      o.source(Setting::gpu_visibility).kind != Source::Kind::default_) {
     return value_error(setting(Setting::gpu_visibility),
                        "expected per_worker, since virtual_local_rank shows each worker only its own GPU (" +
-                           o.source("virtual_local_rank").where + ")");
+                           o.source(Setting::virtual_local_rank).where + ")");
   }
   const Resolved& nproc = setting(Setting::nproc_per_node);
   if (o.use_cpu && o.nproc_per_node.kind == NprocSpec::Kind::gpu) {
-    return value_error(nproc, "expected a count, cpu or auto, since use_cpu is set (" + o.source("use_cpu").where + ")");
+    return value_error(nproc, "expected a count, cpu or auto, since use_cpu is set (" + o.source(Setting::use_cpu).where + ")");
   }
   if (o.gpu_ids && o.nproc_per_node.kind == NprocSpec::Kind::count &&
       o.nproc_per_node.count > static_cast<int>(o.gpu_ids->size())) {
-    const Source ids = o.source("gpu_ids");
+    const Source ids = o.source(Setting::gpu_ids);
     const std::string listed = std::to_string(o.gpu_ids->size());
     if (nproc.source.kind == Source::Kind::file || ids.kind == Source::Kind::file) {  // a file's own wording
       return value_error(nproc, "expected at most " + listed + " workers per node, the GPUs listed in gpu_ids (" +
@@ -444,8 +444,8 @@ std::optional<Error> check_rules(const std::vector<Resolved>& settings, LaunchOp
     }
     std::vector<std::string> items;
     for (int id : *o.gpu_ids) items.push_back(std::to_string(id));
-    return Error{o.named("nproc_per_node", std::to_string(o.nproc_per_node.count)) + " is more than the " + listed +
-                 " GPUs listed in " + o.named("gpu_ids", text::join(items))};
+    return Error{o.named(Setting::nproc_per_node, std::to_string(o.nproc_per_node.count)) + " is more than the " + listed +
+                 " GPUs listed in " + o.named(Setting::gpu_ids, text::join(items))};
   }
   return std::nullopt;
 }
@@ -459,7 +459,7 @@ std::optional<Error> parse_settings(const std::vector<Resolved>& settings, Launc
     } catch (const std::invalid_argument& e) {
       return value_error(s, e.what());
     }
-    o.sources[s.flag->name] = s.source;
+    o.sources[s.flag->id] = s.source;
   }
   return check_rules(settings, o);
 }
@@ -537,7 +537,7 @@ void convention_defaults(Convention c, std::vector<Resolved>& settings) {
 std::optional<Error> take_convention(Convention c, LaunchOptions& o) {
   if (c == Convention::distributed_launch && !o.use_env) {
     if (o.no_python) {  // torch.distributed.launch's own rule: a program cannot be made to parse it
-      return Error{o.source("no_python").where + ": torch.distributed.launch passes --local-rank=N to the program, so "
+      return Error{o.source(Setting::no_python).where + ": torch.distributed.launch passes --local-rank=N to the program, so "
                    "--no_python needs --use_env (as torch.distributed.launch says)"};
     }
     o.local_rank_arg = LaunchOptions::LocalRankArg::torch_version;
@@ -546,7 +546,7 @@ std::optional<Error> take_convention(Convention c, LaunchOptions& o) {
   if (!o.no_local_rank) o.local_rank_arg = LaunchOptions::LocalRankArg::underscore;
   o.deepspeed_variables = true;
   o.fanout.deepspeed_runner = true;
-  if (o.source("nproc_per_node").kind == Source::Kind::default_) o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
+  if (o.source(Setting::nproc_per_node).kind == Source::Kind::default_) o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
   return std::nullopt;
 }
 

@@ -492,7 +492,7 @@ std::optional<Error> check_documents(const std::string& text, const Reader& r) {
       return Error{r.at(m) + ": YAML syntax error: unexpected '" + printable(token) + "'"};
     }
   }
-  // PyYAML (accelerate) refuses a second document; YAML::Load would ignore it silently.
+  // PyYAML (accelerate) refuses a second document; YAML::Load would ignore it without a word.
   if (docs.starts.size() > 1) {
     const YAML::Mark& m = docs.nodes.size() > 1 ? docs.nodes[1] : docs.starts[1];
     return Error{r.at(m) + ": expected one YAML document, got a second one (after '---')"};

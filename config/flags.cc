@@ -517,6 +517,13 @@ std::string refused_accelerate_flag(const std::string& flag) {
 
 const Flag& flag(Setting id) { return kFlags.at(static_cast<size_t>(id)); }
 
+std::string setting_name(Setting s) {
+  for (const auto& f : kFlags) {
+    if (f.id == s) return f.name;
+  }
+  return "?";  // every Setting has its row (flags_test checks)
+}
+
 const Flag* find_flag(const std::string& name) {
   for (const auto& f : kFlags) {
     if (f.name == name) return &f;

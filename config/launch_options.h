@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/printable.h"
+#include "config/setting.h"
 
 namespace dtl::config {
 
@@ -176,19 +177,17 @@ struct LaunchOptions {
   std::vector<std::pair<std::string, std::string>> extra_env;
   AccelerateOptions accelerate;
   std::string config_file;  ///< the config file in effect; empty: none
-  /// Where each setting's value came from, by setting name; a setting missing here has its default.
-  std::map<std::string, Source> sources;
+  /// Where each setting's value came from; a setting missing here has its default.
+  std::map<Setting, Source> sources;
 
-  /// Where setting `name` came from (a default-kind Source when it was not set).
-  Source source(const std::string& name) const {
-    auto it = sources.find(name);
-    return it == sources.end() ? Source{Source::Kind::default_, "--" + name, ""} : it->second;
+  /// Where setting `s` came from (a default-kind Source when it was not set).
+  Source source(Setting s) const {
+    auto it = sources.find(s);
+    return it == sources.end() ? Source{Source::Kind::default_, "--" + setting_name(s), ""} : it->second;
   }
-  /// How an error names setting `name` whose value is `value`: "--name=value" when it came from
-  /// the command line or the default, else "name=value (from <where>)".
-  std::string named(const std::string& name, const std::string& value) const {
-    return source(name).describe(name, value);
-  }
+  /// How an error names setting `s` whose value is `value`: "--name=value" when it came from the
+  /// command line or the default, else "name=value (from <where>)".
+  std::string named(Setting s, const std::string& value) const { return source(s).describe(setting_name(s), value); }
 };
 
 /// The variables a launch in dtlaunch's own terms adds to the workers' inherited environment (the plan

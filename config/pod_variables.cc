@@ -10,9 +10,9 @@
 namespace dtl::config {
 
 std::optional<Error> check_pod_variables(const EnvLookup& env, const LaunchOptions& o) {
-  const auto given = [&](const char* name) { return o.source(name).kind != Source::Kind::default_; };
-  if (given("standalone") && !o.standalone && o.source("standalone").kind == Source::Kind::env) {
-    const std::string& var = o.source("standalone").where;
+  const auto given = [&](Setting s) { return o.source(s).kind != Source::Kind::default_; };
+  if (given(Setting::standalone) && !o.standalone && o.source(Setting::standalone).kind == Source::Kind::env) {
+    const std::string& var = o.source(Setting::standalone).where;
     if (env(var).value_or("x").empty()) {
       return Error{var + " is set but empty (a PyTorchJob's elasticPolicy.standalone: true, on which torchrun "
                          "fails too): set it to 1 or 0, or pass --standalone"};
@@ -23,17 +23,19 @@ std::optional<Error> check_pod_variables(const EnvLookup& env, const LaunchOptio
   // A launcher's worker (dtlaunch's or torchrun's: TORCHELASTIC_RUN_ID) starting a launch of its own:
   // there WORLD_SIZE and RANK count processes, and no pod is in question.
   if (env("TORCHELASTIC_RUN_ID")) return std::nullopt;
-  const bool single_node = given("nnodes") && o.max_nodes == 1;
+  const bool single_node = given(Setting::nnodes) && o.max_nodes == 1;
   if (single_node) return std::nullopt;
   // What each missing setting is, in that pod: one node per pod.
-  const std::vector<std::pair<const char*, const char*>> stands_for = {
-      {"nnodes", "WORLD_SIZE"}, {"node_rank", "RANK"}, {"master_addr", "MASTER_ADDR"}, {"master_port", "MASTER_PORT"}};
+  const std::vector<std::pair<Setting, const char*>> stands_for = {{Setting::nnodes, "WORLD_SIZE"},
+                                                                     {Setting::node_rank, "RANK"},
+                                                                     {Setting::master_addr, "MASTER_ADDR"},
+                                                                     {Setting::master_port, "MASTER_PORT"}};
   std::vector<std::string> missing, pass;
   for (const auto& [setting, var] : stands_for) {
-    const bool needed = o.rdzv_backend == "static" || std::string(setting) == "nnodes";
+    const bool needed = o.rdzv_backend == "static" || setting == Setting::nnodes;
     if (!needed || given(setting)) continue;
-    missing.push_back(setting);
-    pass.push_back(std::string("--") + setting + "=$" + var);
+    missing.push_back(setting_name(setting));
+    pass.push_back("--" + setting_name(setting) + "=$" + var);
   }
   if (missing.empty()) return std::nullopt;
   return Error{"WORLD_SIZE=" + printable(*world_size) + ", RANK=" + printable(*rank) +

@@ -20,6 +20,7 @@ extern char** environ;
 
 namespace dtl::launcher {
 using config::LaunchOptions;
+using config::Setting;
 using config::Source;
 
 namespace {
@@ -31,8 +32,8 @@ constexpr std::array kForwardedPrefixes = {"NCCL_", "GLOO_", "PYTHON", "CUDA_", 
 /// does not send it either. `--export CUDA_VISIBLE_DEVICES` still does.
 constexpr std::array kThisHostOnly = {"CUDA_VISIBLE_DEVICES"};
 
-bool typed(const LaunchOptions& o, const char* name) {
-  const auto k = o.source(name).kind;
+bool typed(const LaunchOptions& o, Setting s) {
+  const auto k = o.source(s).kind;
   return k == Source::Kind::flag || k == Source::Kind::env;
 }
 
@@ -89,23 +90,25 @@ std::variant<Variables, Error> env_file(const std::string& text, const std::stri
 
 /// The settings the fan-out decides for every host; given anyway, they are an error, not ignored.
 std::optional<Error> refuse_fanout_conflicts(const LaunchOptions& o) {
-  const auto refuse = [&](const char* name, const std::string& why) -> std::optional<Error> {
+  const auto refuse = [&](Setting name, const std::string& why) -> std::optional<Error> {
     const auto k = o.source(name).kind;
     if (k == Source::Kind::default_ || k == Source::Kind::file) return std::nullopt;
-    return Error{o.source(name).where + " cannot be combined with " + o.source(o.fanout.hostfile.empty() ? "hosts" : "hostfile").where + ": " + why, 2};
+    return Error{o.source(name).where + " cannot be combined with " +
+                     o.source(o.fanout.hostfile.empty() ? Setting::hosts : Setting::hostfile).where + ": " + why,
+                 2};
   };
-  for (const auto& [name, why] : std::vector<std::pair<const char*, std::string>>{
-           {"node_rank", "each host's rank is its place in the host list"},
-           {"rdzv_backend", "the hosts meet through the static rendezvous on the first host"},
-           {"rdzv_endpoint", "the hosts meet at --master_addr:--master_port (the first host by default)"},
-           {"standalone", "the job runs on the listed hosts"},
-           {"rdzv_token", "every job gets a fresh token, sent to the hosts over ssh"},
-           {"rdzv_token_file", "every job gets a fresh token, sent to the hosts over ssh"},
-           {"node_name", "each host is named as in the host list"}}) {
+  for (const auto& [name, why] : std::vector<std::pair<Setting, std::string>>{
+           {Setting::node_rank, "each host's rank is its place in the host list"},
+           {Setting::rdzv_backend, "the hosts meet through the static rendezvous on the first host"},
+           {Setting::rdzv_endpoint, "the hosts meet at --master_addr:--master_port (the first host by default)"},
+           {Setting::standalone, "the job runs on the listed hosts"},
+           {Setting::rdzv_token, "every job gets a fresh token, sent to the hosts over ssh"},
+           {Setting::rdzv_token_file, "every job gets a fresh token, sent to the hosts over ssh"},
+           {Setting::node_name, "each host is named as in the host list"}}) {
     if (auto e = refuse(name, why)) return e;
   }
-  if (typed(o, "nnodes") && o.min_nodes != o.max_nodes) {
-    return Error{o.named("nnodes", std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes)) +
+  if (typed(o, Setting::nnodes) && o.min_nodes != o.max_nodes) {
+    return Error{o.named(Setting::nnodes, std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes)) +
                      ": the fan-out starts a fixed number of hosts",
                  2};
   }
@@ -118,7 +121,7 @@ bool filtered(const LaunchOptions& o) { return !o.fanout.include.empty() || !o.f
 /// --num_gpus, which is also what accelerate passes for num_processes / num_machines (and leaves out
 /// when a filter names the slots). nullopt: each host's slots decide.
 std::optional<int> count_per_host(const LaunchOptions& o) {
-  const auto k = o.source("nproc_per_node").kind;
+  const auto k = o.source(Setting::nproc_per_node).kind;
   if (o.nproc_per_node.kind != config::NprocSpec::Kind::count || k == Source::Kind::default_) return std::nullopt;
   if (k == Source::Kind::file && filtered(o)) return std::nullopt;
   return o.nproc_per_node.count;
@@ -129,19 +132,19 @@ std::optional<int> count_per_host(const LaunchOptions& o) {
 std::variant<std::vector<config::Host>, Error> job_hosts(const LaunchOptions& o, const FanoutInputs& in) {
   const auto& f = o.fanout;
   if (!f.hostfile.empty() && !f.hosts.empty()) {
-    return Error{o.source("hostfile").where + " and " + o.source("hosts").where + " cannot be combined", 2};
+    return Error{o.source(Setting::hostfile).where + " and " + o.source(Setting::hosts).where + " cannot be combined", 2};
   }
-  auto listed = f.hostfile.empty() ? config::parse_host_list(f.hosts, o.source("hosts").where)
+  auto listed = f.hostfile.empty() ? config::parse_host_list(f.hosts, o.source(Setting::hosts).where)
                                    : config::parse_hostfile(in.hostfile_text, f.hostfile);
   if (auto* e = std::get_if<Error>(&listed)) return *e;
   auto hosts = config::filter_hosts(std::get<std::vector<config::Host>>(std::move(listed)), f.include,
-                                    o.source("include").where, f.exclude, o.source("exclude").where);
+                                    o.source(Setting::include).where, f.exclude, o.source(Setting::exclude).where);
   if (auto* e = std::get_if<Error>(&hosts)) return *e;
   auto& h = std::get<std::vector<config::Host>>(hosts);
-  if (typed(o, "nnodes")) {
-    if (filtered(o)) return Error{o.source("nnodes").where + " cannot be combined with --include/--exclude (as in deepspeed)", 2};
+  if (typed(o, Setting::nnodes)) {
+    if (filtered(o)) return Error{o.source(Setting::nnodes).where + " cannot be combined with --include/--exclude (as in deepspeed)", 2};
     if (o.min_nodes > static_cast<int>(h.size())) {
-      return Error{o.named("nnodes", std::to_string(o.min_nodes)) + " but the host list has " +
+      return Error{o.named(Setting::nnodes, std::to_string(o.min_nodes)) + " but the host list has " +
                        std::to_string(h.size()) + " hosts",
                    2};
     }
@@ -149,11 +152,11 @@ std::variant<std::vector<config::Host>, Error> job_hosts(const LaunchOptions& o,
   }
   if (auto count = count_per_host(o)) {
     if (filtered(o)) {
-      return Error{o.source("nproc_per_node").where + " cannot be combined with --include/--exclude (as in deepspeed)", 2};
+      return Error{o.source(Setting::nproc_per_node).where + " cannot be combined with --include/--exclude (as in deepspeed)", 2};
     }
     for (const auto& host : h) {  // deepspeed's --num_gpus: the first N slots of each host
       if (host.slots && *count > *host.slots) {
-        return Error{o.named("nproc_per_node", std::to_string(*count)) + " but host " + host.name +
+        return Error{o.named(Setting::nproc_per_node, std::to_string(*count)) + " but host " + host.name +
                          " has slots=" + std::to_string(*host.slots),
                      2};
       }
@@ -166,10 +169,10 @@ std::variant<std::vector<config::Host>, Error> job_hosts(const LaunchOptions& o,
 
 std::optional<Error> refuse_fanout_settings_without_hosts(const LaunchOptions& o) {
   if (o.fanout.agent || o.fanout.wanted()) return std::nullopt;
-  for (const char* name : {"hostfile", "hosts"}) {
+  for (Setting name : {Setting::hostfile, Setting::hosts}) {
     if (typed(o, name)) return Error{o.source(name).where + " is empty: no host to start", 2};
   }
-  for (const char* name : {"include", "exclude"}) {
+  for (Setting name : {Setting::include, Setting::exclude}) {
     if (typed(o, name)) {
       return Error{o.source(name).where + " filters the hosts of --hostfile or --hosts, and there are none (this "
                    "machine's GPUs are chosen with --gpu_ids)", 2};
@@ -196,13 +199,13 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
   // ssh's command line, as a shell would split --ssh_command (no command substitution).
   wordexp_t words;
   if (wordexp(o.fanout.ssh_command.c_str(), &words, WRDE_NOCMD) != 0) {
-    return Error{o.named("ssh_command", o.fanout.ssh_command) + ": cannot split it as a shell would", 2};
+    return Error{o.named(Setting::ssh_command, o.fanout.ssh_command) + ": cannot split it as a shell would", 2};
   }
   std::vector<std::string> ssh(words.we_wordv, words.we_wordv + words.we_wordc);
   wordfree(&words);
-  if (ssh.empty()) return Error{o.named("ssh_command", o.fanout.ssh_command) + ": expected a program", 2};
+  if (ssh.empty()) return Error{o.named(Setting::ssh_command, o.fanout.ssh_command) + ": expected a program", 2};
   auto ssh_path = in.find_program(ssh[0]);
-  if (!ssh_path) return Error{o.named("ssh_command", o.fanout.ssh_command) + ": " + printable(ssh[0], 80) + " is not on PATH", 2};
+  if (!ssh_path) return Error{o.named(Setting::ssh_command, o.fanout.ssh_command) + ": " + printable(ssh[0], 80) + " is not on PATH", 2};
   ssh.insert(ssh.end(), {"-o", "BatchMode=yes", "-o", "ConnectTimeout=10"});
   if (o.fanout.ssh_port) ssh.insert(ssh.end(), {"-p", std::to_string(o.fanout.ssh_port)});
 
@@ -226,14 +229,14 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
     } else if (auto value = lookup(in.environment, item)) {
       common.emplace_back(item, *value);
     } else {
-      return Error{o.source("export").where + ": " + item + " is not set here", 2};
+      return Error{o.source(Setting::export_).where + ": " + item + " is not set here", 2};
     }
   }
 
   std::string remote = "cd " + shell_quote(in.cwd) + " && exec " + shell_quote(o.fanout.remote_dtlaunch) + " fanout-node";
   for (const auto& a : in.args) remote += " " + shell_quote(a);
 
-  const bool master_given = o.source("master_addr").kind != Source::Kind::default_;
+  const bool master_given = o.source(Setting::master_addr).kind != Source::Kind::default_;
   // Without it, the first host's answer may name a better address (Fanout::go).
   const std::string master = master_given ? o.master_addr : meeting_address(hosts.front().name, {});
   const auto count = count_per_host(o);
@@ -255,7 +258,7 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
                        {"PET_RDZV_BACKEND", "static"},
                        {"PET_NODE_NAME", h.name},
                        {"DTLAUNCH_RDZV_TOKEN", in.token}});
-    if (!typed(o, "nproc_per_node")) {  // a typed count reaches the host as typed
+    if (!typed(o, Setting::nproc_per_node)) {  // a typed count reaches the host as typed
       if (count) {  // from a config file, which the host may not have
         v.emplace_back("PET_NPROC_PER_NODE", std::to_string(*count));
       } else if (h.slots) {
@@ -301,7 +304,7 @@ std::variant<FanoutInputs, Error> read_fanout_inputs(const LaunchOptions& o, con
   if (!o.fanout.hostfile.empty()) {
     auto file = read(o.fanout.hostfile);
     if (file.status != config::FileRead::Status::ok) {
-      return Error{o.source("hostfile").where + ": cannot read " + o.fanout.hostfile + ": " +
+      return Error{o.source(Setting::hostfile).where + ": cannot read " + o.fanout.hostfile + ": " +
                        (file.status == config::FileRead::Status::missing ? "no such file" : file.text),
                    2};
     }

@@ -69,7 +69,7 @@ std::variant<FanoutPlan, Error> plan_fanout(const config::LaunchOptions& o, cons
 /// the agent reads them and removes them, so its workers, and a launcher they start, never see them.
 const std::vector<std::string>& host_setting_names();
 
-/// A run without hosts to start: the fan-out's settings that would be silently ignored (a filter,
+/// A run without hosts to start: the fan-out's settings that would be ignored without a word (a filter,
 /// a host list given empty) are an Error (exit 2) naming where they came from.
 std::optional<Error> refuse_fanout_settings_without_hosts(const config::LaunchOptions& o);
 

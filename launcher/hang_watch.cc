@@ -101,7 +101,7 @@ Hang HangWatch::snapshot(HangClock::time_point now, HangClock::time_point last, 
     h.pid = r.pid;
     h.state = r.state;
     h.cpu_percent = span > 0 ? 100 * (r.cpu_s - cpu.front().second) / span : 0;
-    h.silent_s = seconds(now - r.last_output);
+    h.quiet_s = seconds(now - r.last_output);
     h.busy = h.cpu_percent >= 100 * kBusyShare && r.state != 'D';
     hang.ranks.push_back(std::move(h));
   }
@@ -119,7 +119,7 @@ std::optional<Hang> HangWatch::on_sample(HangClock::time_point now, const std::v
   }
   Hang hang = snapshot(now, last, ranks);
   if (std::all_of(hang.ranks.begin(), hang.ranks.end(), [](const HungRank& r) { return r.busy; })) {
-    reported_at_.reset();  // computing silently: progress, not a hang
+    reported_at_.reset();  // computing quietly: progress, not a hang
     return std::nullopt;
   }
   if (reported_at_) return std::nullopt;
@@ -279,11 +279,11 @@ std::vector<std::string> parse_eu_stack(const std::vector<std::string>& lines) {
 
 std::string stacks_text(const Hang& hang, const std::string& host, const std::string& how) {
   std::string out;
-  out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6} {:>8}  {}\n", "rank", "host", "pid", "state", "cpu%", "silent",
+  out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6} {:>8}  {}\n", "rank", "host", "pid", "state", "cpu%", "quiet",
                      "doing");
   for (const auto& r : hang.ranks) {
     out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6.1f} {:>7.0f}s  {}\n", r.rank, r.host.empty() ? host : r.host,
-                       r.pid, std::string(1, r.state), r.cpu_percent, r.silent_s, r.doing);
+                       r.pid, std::string(1, r.state), r.cpu_percent, r.quiet_s, r.doing);
   }
   // Which tools read the stacks: when more than one, each block says its own.
   std::vector<std::string> tools;
@@ -325,7 +325,7 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
   }
   std::string out = hang.cause.empty()
                         ? fmt::format("dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n",
-                                      hang.silent_s, timeout_s,
+                                      hang.quiet_s, timeout_s,
                                       busy.empty() ? std::string("no rank made progress")
                                                    : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) +
                                                          " ran while the others waited")
@@ -348,17 +348,17 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
 std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
                              const std::string& how, double timeout_s) {
   std::string out =
-      fmt::format("{{\"hang_timeout_s\": {:g}, \"silent_s\": {:.1f}, \"cause\": {}, \"host\": {}, \"stacks_by\": {}, ",
-                  timeout_s, hang.silent_s, json_string(hang.cause), json_string(host), json_string(how));
+      fmt::format("{{\"hang_timeout_s\": {:g}, \"quiet_s\": {:.1f}, \"cause\": {}, \"host\": {}, \"stacks_by\": {}, ",
+                  timeout_s, hang.quiet_s, json_string(hang.cause), json_string(host), json_string(how));
   out +=
       "\"suspect\": " + (suspect ? std::to_string(hang.ranks[*suspect].rank) : std::string("null")) + ", \"ranks\": [";
   for (size_t i = 0; i < hang.ranks.size(); ++i) {
     const auto& r = hang.ranks[i];
     out += fmt::format(
         "{}{{\"rank\": {}, \"host\": {}, \"local_rank\": {}, \"pid\": {}, \"state\": {}, \"cpu_percent\": {:.1f}, "
-        "\"silent_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"stack_error\": {}, \"stack_by\": {}, \"stack\": [",
+        "\"quiet_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"stack_error\": {}, \"stack_by\": {}, \"stack\": [",
         i ? ", " : "", r.rank, json_string(r.host.empty() ? host : r.host), r.local_rank, r.pid,
-        json_string(std::string(1, r.state)), r.cpu_percent, r.silent_s, r.busy ? "true" : "false",
+        json_string(std::string(1, r.state)), r.cpu_percent, r.quiet_s, r.busy ? "true" : "false",
         json_string(r.doing), json_string(r.stack_error), json_string(r.stack_by.empty() ? how : r.stack_by));
     for (size_t j = 0; j < r.stack.size(); ++j) out += (j ? ", " : "") + json_string(r.stack[j]);
     out += "], \"native\": [";
@@ -423,7 +423,7 @@ std::optional<Hang> parse_hang_part(const std::string& json) {
     const YAML::Node root = YAML::Load(json);
     if (!root.IsMap() || !root["ranks"] || !root["ranks"].IsSequence()) return std::nullopt;
     Hang hang;
-    hang.silent_s = root["silent_s"].as<double>(0);
+    hang.quiet_s = root["quiet_s"].as<double>(0);
     hang.cause = root["cause"] ? root["cause"].as<std::string>("") : "";
     const std::string host = root["host"].as<std::string>("?");
     for (const auto& n : root["ranks"]) {
@@ -435,7 +435,7 @@ std::optional<Hang> parse_hang_part(const std::string& json) {
       const std::string state = n["state"].as<std::string>("?");
       r.state = state.empty() ? '?' : state[0];
       r.cpu_percent = n["cpu_percent"].as<double>(0);
-      r.silent_s = n["silent_s"].as<double>(0);
+      r.quiet_s = n["quiet_s"].as<double>(0);
       r.busy = n["busy"].as<bool>(false);
       r.doing = n["doing"].as<std::string>("");
       r.stack_error = n["stack_error"].as<std::string>("");
@@ -453,9 +453,9 @@ std::optional<Hang> parse_hang_part(const std::string& json) {
 
 Hang merge_parts(const std::vector<Hang>& parts) {
   Hang all;
-  all.silent_s = parts.empty() ? 0 : parts.front().silent_s;
+  all.quiet_s = parts.empty() ? 0 : parts.front().quiet_s;
   for (const auto& p : parts) {
-    all.silent_s = std::min(all.silent_s, p.silent_s);
+    all.quiet_s = std::min(all.quiet_s, p.quiet_s);
     if (all.cause.empty()) all.cause = p.cause;
     all.ranks.insert(all.ranks.end(), p.ranks.begin(), p.ranks.end());
   }

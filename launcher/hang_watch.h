@@ -4,7 +4,7 @@
 //
 // A hang: for the timeout no rank printed, and not every rank was busy on a CPU. Either no rank made
 // progress, or some did (a rank spinning in a loop) while the others waited for them. A job whose
-// every rank computes silently is not hung; a rank that printed a traceback and lives on is.
+// every rank computes quietly is not hung; a rank that printed a traceback and lives on is.
 // Or a hang is signalled: torch's NCCL watchdog timed a collective out and said so in the store.
 // NCCL's waits spin on a CPU, so a rank waiting for the GPU looks busy: only its native stack
 // (cuStreamSynchronize under .item()) tells it from a rank that computes.
@@ -39,7 +39,7 @@ struct HungRank {
   pid_t pid = 0;
   char state = 'S';
   double cpu_percent = 0;           ///< over the watch's window
-  double silent_s = 0;              ///< since its last output
+  double quiet_s = 0;              ///< since its last output
   bool busy = false;                ///< it used at least a fifth of a CPU over the window
   std::string doing;                ///< what its stack says (classify), or "running" / "blocked" from /proc
   std::vector<std::string> stack;   ///< "function (file:line)", innermost first, threads apart by ""
@@ -50,7 +50,7 @@ struct HungRank {
 };
 
 struct Hang {
-  double silent_s = 0;  ///< since the last output of any rank
+  double quiet_s = 0;  ///< since the last output of any rank
   std::vector<HungRank> ranks;
   std::string cause;  ///< what signalled it ("" for the silence): "rank 0's NCCL watchdog timed out a collective"
 };

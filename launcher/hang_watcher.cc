@@ -350,8 +350,8 @@ void HangWatcher::now(std::function<void(std::optional<Hang>)> done) {
       r.state = usage.state;
       r.cpu_percent = span > 0 ? 100 * (usage.cpu_s - before[i].cpu_s) / span : 0;
       r.busy = r.cpu_percent >= 20 && usage.state != 'D';
-      r.silent_s = std::chrono::duration<double>(at - probes[i].last_output).count();
-      hang.silent_s = i == 0 ? r.silent_s : std::min(hang.silent_s, r.silent_s);
+      r.quiet_s = std::chrono::duration<double>(at - probes[i].last_output).count();
+      hang.quiet_s = i == 0 ? r.quiet_s : std::min(hang.quiet_s, r.quiet_s);
       hang.ranks.push_back(std::move(r));
     }
     read_stacks(std::move(hang), false, [done](Hang read) {
@@ -425,7 +425,7 @@ void HangWatcher::write_report(const std::string& json) {
 
 std::string HangWatcher::failure_message(const Hang& hang, const HungRank* suspect) {
   return "hang: " +
-         (hang.cause.empty() ? "no rank printed for " + std::to_string(static_cast<long>(hang.silent_s)) + " s"
+         (hang.cause.empty() ? "no rank printed for " + std::to_string(static_cast<long>(hang.quiet_s)) + " s"
                              : hang.cause) +
          " (" + (suspect ? "suspect: " + suspect->doing : std::string("no suspect")) + ")";
 }
@@ -477,7 +477,7 @@ void HangWatcher::tick() {
     auto probes = probes_();
     if (auto hang = watch_.on_sample(HangClock::now(), samples(probes)); hang && job_wide_) {
       spdlog::info("no rank here printed for {:.0f} s: the job's report comes from the node hosting the rendezvous",
-                   hang->silent_s);
+                   hang->quiet_s);
       job_wide_->hang_seen();
     } else if (hang && !reading_) {
       read_stacks(std::move(*hang), true, [this, probes](Hang read) { report(std::move(read), probes); });

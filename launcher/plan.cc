@@ -20,6 +20,7 @@ namespace dtl::launcher {
 namespace {
 
 using config::GpuVisibility;
+using config::Setting;
 using config::NprocSpec;
 
 Error error(std::string message, int code = 2) { return Error{std::move(message), code}; }
@@ -46,7 +47,7 @@ std::optional<std::string> pci_of(const std::string& entry, const std::vector<Gp
 /// --numa_binding: each worker's CPUs near its GPU (gpus[local rank % GPUs]), as torchrun's.
 std::optional<Error> plan_numa(const config::LaunchOptions& o, const HostFacts& host,
                                const std::vector<std::string>& gpus, bool use_gpus, LaunchPlan& plan) {
-  const std::string called = o.named("numa_binding", o.numa_binding);
+  const std::string called = o.named(Setting::numa_binding, o.numa_binding);
   if (!use_gpus) return error(called + ": binds each worker near its GPU, but the workers have none");
   NumaQuery query{o.numa_binding, {}, 0, host.own_cpus()};
   for (const auto& entry : gpus) {
@@ -215,7 +216,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   auto selection = deepspeed_without_gpus
                        ? GpuSelection{std::vector<std::string>{}}
                        : select_gpus(host.gpus.gpus, o.accelerate.physical_gpu_ids ? std::nullopt : env("CUDA_VISIBLE_DEVICES"),
-                                     o.gpu_ids, o.source("gpu_ids").where);
+                                     o.gpu_ids, o.source(Setting::gpu_ids).where);
   if (auto* why = std::get_if<std::string>(&selection)) return error(*why);
   const auto& gpus = std::get<std::vector<std::string>>(selection);
   const int ngpus = static_cast<int>(gpus.size());
@@ -226,7 +227,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
     case NprocSpec::Kind::gpu_or_one: plan.nproc = ngpus > 0 ? ngpus : 1; break;
     case NprocSpec::Kind::gpu:
       if (ngpus == 0) {
-        return error(o.named("nproc_per_node", "gpu") + " but no GPU is visible (" +
+        return error(o.named(Setting::nproc_per_node, "gpu") + " but no GPU is visible (" +
                      (host.gpus.gpus.empty() ? std::string("none found through NVML or nvidia-smi")
                                              : "CUDA_VISIBLE_DEVICES/--gpu_ids select none") +
                      "; --fake_gpus N pretends to have N)");
@@ -310,7 +311,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   // torchrun 2.x: one node, the static backend and no port given anywhere is --standalone (a free
   // port, a fresh run id), so that a taken 29500 stops no single-node job.
   const bool auto_standalone = !o.standalone && !is_multi_node(o) && o.rdzv_backend == "static" &&
-                               o.rdzv_endpoint.empty() && o.source("master_port").kind == config::Source::Kind::default_;
+                               o.rdzv_endpoint.empty() && o.source(Setting::master_port).kind == config::Source::Kind::default_;
   const bool standalone = o.standalone || auto_standalone;
   if (!is_multi_node(o)) {
     int port = standalone ? 0 : master_port;
@@ -336,7 +337,7 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   plan.tee = o.tee;
   plan.console_filter = o.local_ranks_filter;
   plan.log_dir = o.log_dir;
-  plan.log_dir_called = o.source("log_dir").where;
+  plan.log_dir_called = o.source(Setting::log_dir).where;
   plan.shutdown_timeout_s = o.shutdown_timeout_s;
   plan.hang_timeout_s = o.hang_timeout_s;
   plan.on_hang_fail = o.on_hang_fail;

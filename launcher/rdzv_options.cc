@@ -20,26 +20,26 @@ std::chrono::milliseconds ms(double seconds) {
 
 /// A setting given by the user (not its default), as the rendezvous takes it. A flag is called by
 /// its name, however it was spelled: a warning about it is about the setting.
-std::optional<rdzv::Given> given(const config::LaunchOptions& o, const std::string& name, const std::string& value) {
+std::optional<rdzv::Given> given(const config::LaunchOptions& o, config::Setting name, const std::string& value) {
   const config::Source s = o.source(name);
   if (s.kind == config::Source::Kind::default_) return std::nullopt;
   const bool flag = s.kind == config::Source::Kind::flag;
-  return rdzv::Given{value, flag ? "--" + name : s.where, flag};
+  return rdzv::Given{value, flag ? "--" + config::setting_name(name) : s.where, flag};
 }
 
 }  // namespace
 
-std::string called(const config::LaunchOptions& o, const std::string& name) { return o.source(name).where; }
+std::string called(const config::LaunchOptions& o, config::Setting name) { return o.source(name).where; }
 
-rdzv::PortNames port_names(const config::LaunchOptions& o, const std::string& addr, const std::string& port) {
+rdzv::PortNames port_names(const config::LaunchOptions& o, config::Setting addr, config::Setting port) {
   const config::Source s = o.source(port);
   if (s.kind == config::Source::Kind::flag || s.kind == config::Source::Kind::default_) return {called(o, addr), s.where, ""};
-  return {called(o, addr), port, s.where + (s.note.empty() ? "" : " (" + s.note + ")")};
+  return {called(o, addr), config::setting_name(port), s.where + (s.note.empty() ? "" : " (" + s.note + ")")};
 }
 
 std::variant<rdzv::Token, Error> resolve_token(const config::LaunchOptions& o) {
   // A token file set anywhere (even to '') is named, so that an empty path is an error, not no token.
-  return rdzv::read_token({given(o, "rdzv_token", o.rdzv_token), given(o, "rdzv_token_file", o.rdzv_token_file),
+  return rdzv::read_token({given(o, config::Setting::rdzv_token, o.rdzv_token), given(o, config::Setting::rdzv_token_file, o.rdzv_token_file),
                            "--rdzv_token_file or DTLAUNCH_RDZV_TOKEN"});
 }
 
@@ -78,11 +78,11 @@ std::variant<std::pair<std::string, int>, Error> master_endpoint(const config::L
   boost::system::error_code ec;
   const auto address = boost::asio::ip::make_address(host, ec);
   if (host.empty() || (host.find(':') != std::string::npos && (ec || !address.is_v6()))) {
-    return Error{called(o, "master_addr") + ": '" + printable(o.master_addr, 200) +
+    return Error{called(o, config::Setting::master_addr) + ": '" + printable(o.master_addr, 200) +
                      "' is not a host name or address (the port is --master_port's)", 2};
   }
   if (o.master_port < 1 || o.master_port > 65535) {
-    return Error{called(o, "master_addr") + " and " + called(o, "master_port") + ": port '" +
+    return Error{called(o, config::Setting::master_addr) + " and " + called(o, config::Setting::master_port) + ": port '" +
                      std::to_string(o.master_port) + "' is not in 1..65535", 2};
   }
   return std::pair{host, o.master_port};
@@ -92,9 +92,9 @@ std::variant<std::pair<std::string, int>, Error> master_endpoint(const config::L
 
 std::variant<std::pair<std::string, int>, Error> rdzv_endpoint(const config::LaunchOptions& o) {
   const bool is_static = o.rdzv_backend == "static";
-  std::string endpoint = o.rdzv_endpoint, from = called(o, "rdzv_endpoint");
+  std::string endpoint = o.rdzv_endpoint, from = called(o, config::Setting::rdzv_endpoint);
   if (endpoint.empty()) {
-    if (!is_static) return Error{o.named("rdzv_backend", o.rdzv_backend) + " needs --rdzv_endpoint host[:port]", 2};
+    if (!is_static) return Error{o.named(config::Setting::rdzv_backend, o.rdzv_backend) + " needs --rdzv_endpoint host[:port]", 2};
     return master_endpoint(o);
   }
   try {
@@ -140,11 +140,11 @@ std::variant<AgentSetup, Error> make_agent_options(const config::LaunchOptions& 
   c.join.min_nodes = o.min_nodes;
   c.join.max_nodes = o.max_nodes;
   c.join.agent_id = host.agent_id;
-  const rdzv::PortNames names{called(o, "local_addr"), "the workers' port"};
+  const rdzv::PortNames names{called(o, config::Setting::local_addr), "the workers' port"};
   auto port = host.reserve_port(o.local_addr.empty() ? "0.0.0.0" : o.local_addr, 0, names);
   if (auto* why = std::get_if<std::string>(&port)) return Error{"cannot find a free port for the workers: " + *why, 2};
   c.join.worker_port = std::get<int>(port);
-  a.names = port_names(o, "master_addr", "master_port");
+  a.names = port_names(o, config::Setting::master_addr, config::Setting::master_port);
   if (hosting) a.server = server;
   return setup;
 }

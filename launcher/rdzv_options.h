@@ -22,11 +22,11 @@ namespace dtl::launcher {
 
 /// What a message calls setting `name`: the flag as typed, the variable or the config file's
 /// key that gave it, or "--name" for a default.
-std::string called(const config::LaunchOptions& o, const std::string& name);
+std::string called(const config::LaunchOptions& o, config::Setting name);
 
 /// What reserve_check's messages call settings `addr` and `port`: their flags, or for a port
 /// not typed as a flag, the setting and where it came from.
-rendezvous::PortNames port_names(const config::LaunchOptions& o, const std::string& addr, const std::string& port);
+rendezvous::PortNames port_names(const config::LaunchOptions& o, config::Setting addr, config::Setting port);
 
 /// The token: rdzv_token from wherever it came (flag > PET_RDZV_TOKEN > DTLAUNCH_RDZV_TOKEN > config
 /// file), else the contents of rdzv_token_file. Only a token typed on the command line is warned about.

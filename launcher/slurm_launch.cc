@@ -11,6 +11,7 @@
 #include "base/printable.h"
 
 namespace dtl::launcher {
+using config::Setting;
 namespace {
 
 /// The fewest CPUs any node of the job has, from SLURM_JOB_CPUS_PER_NODE ("72(x2),36"); 0 if unreadable.
@@ -29,7 +30,7 @@ long fewest_cpus(const std::string& compressed) {
 std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std::string>& args,
                                                            const config::LaunchOptions& o,
                                                            const EnvLookup& env, const std::string& self) {
-  const std::string named = o.named("launcher", o.launcher);
+  const std::string named = o.named(Setting::launcher, o.launcher);
   auto job = env("SLURM_JOB_ID");
   if (!job) {
     return Error{named + ": not inside a Slurm allocation (SLURM_JOB_ID is unset); run it in an sbatch script or a "
@@ -39,12 +40,12 @@ std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std
     return Error{named + ": already inside srun step " + printable(*job + "." + *step) +
                  ", where each task is a node's agent; drop --launcher"};
   }
-  if (o.source("node_rank").kind != config::Source::Kind::default_) {
-    return Error{o.named("node_rank", std::to_string(o.node_rank)) + " with " + named +
+  if (o.source(Setting::node_rank).kind != config::Source::Kind::default_) {
+    return Error{o.named(Setting::node_rank, std::to_string(o.node_rank)) + " with " + named +
                  ": srun gives each node its rank"};
   }
   std::string nodes = env("SLURM_JOB_NUM_NODES").value_or(env("SLURM_NNODES").value_or(""));
-  if (o.source("nnodes").kind != config::Source::Kind::default_ && o.min_nodes == o.max_nodes) {
+  if (o.source(Setting::nnodes).kind != config::Source::Kind::default_ && o.min_nodes == o.max_nodes) {
     nodes = std::to_string(o.max_nodes);
   }
   // The program and its arguments end `args`; --launcher goes from the options before them.
@@ -78,15 +79,15 @@ std::optional<int> start_through_launcher(const std::vector<std::string>& args, 
     return e.exit_code;
   };
   if (o.launcher.empty() || o.fanout.agent) return std::nullopt;
-  const std::string named = o.named("launcher", o.launcher);
-  const std::string hosts = o.fanout.hostfile.empty() ? "hosts" : "hostfile";
+  const std::string named = o.named(Setting::launcher, o.launcher);
+  const Setting hosts = o.fanout.hostfile.empty() ? Setting::hosts : Setting::hostfile;
   if (o.launcher == "ssh") {
     if (o.fanout.wanted()) return std::nullopt;  // launcher/fanout.h
     return fail(Error{named + ": needs the hosts, --hostfile FILE or --hosts h1:N,h2:N"});
   }
   if (o.fanout.wanted()) {
     return fail(Error{named + " starts the allocation's nodes, and " +
-                      o.named(hosts, hosts == "hosts" ? o.fanout.hosts : o.fanout.hostfile) +
+                      o.named(hosts, hosts == Setting::hosts ? o.fanout.hosts : o.fanout.hostfile) +
                       " names others: drop one of them"});
   }
   char self[4096];

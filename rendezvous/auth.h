@@ -50,7 +50,7 @@ struct TokenSources {
 };
 
 /// The token itself, else the file's contents (trailing newlines stripped). A source that is given
-/// but empty (a token, or a file's path) is an error naming it, not a silent "no token"; only a
+/// but empty (a token, or a file's path) is an error naming it, not a quiet "no token"; only a
 /// token on the command line is warned about.
 std::variant<Token, Error> read_token(const TokenSources& sources);
 

@@ -196,10 +196,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       // Woken an interval or more late, this process did not run (SIGSTOP, a suspended VM): the
       // server's silence is this node's own, so it starts again (its heartbeats are read next).
       if (now - wake >= self->opts.liveness.interval) self->last_heard = std::max(self->last_heard, now);
-      auto silent = now - self->last_heard;
-      if (silent > self->opts.liveness.silence_limit()) {
-        return self->fail("lost the rendezvous server: silent for " +
-                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
+      auto quiet = now - self->last_heard;
+      if (quiet > self->opts.liveness.silence_limit()) {
+        return self->fail("lost the rendezvous server: nothing heard for " +
+                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
                               " ms",
                           false);
       }

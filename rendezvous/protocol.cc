@@ -272,7 +272,7 @@ class Reader {
   }
   std::string str(const char* field, size_t cap) { return std::string(raw(field, cap)); }
   /// A run id, host or address: it ends up in C strings (resolver, environment), where a NUL would
-  /// silently cut it.
+  /// quietly cut it.
   std::string name(const char* field) {
     std::string_view s = raw(field, kMaxName);
     if (s.find('\0') != std::string_view::npos) fail(std::string(field) + " contains a NUL byte");

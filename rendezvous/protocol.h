@@ -27,7 +27,7 @@ inline constexpr size_t kMaxStacksText = kMaxFrameBody - 2 - 4 - 4;
 using Nonce = std::array<uint8_t, 32>;
 using Bytes = std::vector<uint8_t>;
 
-/// Both sides send a heartbeat when they have been quiet for an interval; a peer silent for
+/// Both sides send a heartbeat when they have been quiet for an interval; a peer quiet for
 /// `misses` intervals is lost.
 struct Liveness {
   std::chrono::milliseconds interval{500};

@@ -475,7 +475,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     }
   }
 
-  /// Once per heartbeat interval: heartbeats to idle peers; the silent, slow or flooding dropped,
+  /// Once per heartbeat interval: heartbeats to idle peers; the quiet, slow or flooding dropped,
   /// and those that did not prove the token by the deadline.
   void sweep() {
     const auto due = Clock::now() + opts.liveness.interval;
@@ -498,8 +498,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       std::vector<std::pair<std::shared_ptr<Conn>, std::string>> doomed;
       for (auto& [id, c] : self->conns) {
         if (c->closing) continue;
-        if (auto silent = self->silence(*c, now)) {
-          doomed.emplace_back(c, *silent);
+        if (auto quiet = self->silence(*c, now)) {
+          doomed.emplace_back(c, *quiet);
         } else if (c->frames > self->opts.max_frames_per_interval) {
           doomed.emplace_back(c, "flooding: " + std::to_string(c->frames) + " frames in one heartbeat interval");
         } else if (c->joined() && now - c->last_sent >= self->opts.liveness.interval) {
@@ -524,11 +524,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::optional<std::string> silence(const Conn& c, Clock::time_point now) const {
     if (!c.joined() || now - c.last_heard <= opts.liveness.silence_limit()) return std::nullopt;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - c.last_heard).count();
-    return "silent for " + std::to_string(ms) + " ms (no heartbeat)";
+    return "nothing heard for " + std::to_string(ms) + " ms (no heartbeat)";
   }
 
-  /// The sweep notices a silent node up to one interval late: when a joined node's silence limit
-  /// falls before the next sweep, look again just past it (rarely: only once a node has been silent
+  /// The sweep notices a quiet node up to one interval late: when a joined node's silence limit
+  /// falls before the next sweep, look again just past it (rarely: only once a node has been quiet
   /// for all but one interval of the limit).
   void watch_silence(Clock::time_point now) {
     std::optional<Clock::time_point> earliest;
@@ -545,7 +545,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       self->forgive_if_paused(at, now);
       std::vector<std::pair<std::shared_ptr<Conn>, std::string>> doomed;
       for (auto& [id, c] : self->conns) {
-        if (auto silent = self->silence(*c, now)) doomed.emplace_back(c, *silent);
+        if (auto quiet = self->silence(*c, now)) doomed.emplace_back(c, *quiet);
       }
       for (auto& [c, why] : doomed) self->drop(c, Ending::dropped, why);
       self->watch_silence(now);

@@ -1,6 +1,6 @@
 // The rendezvous server: Boost.Asio TCP in the caller's io_context (inside the hosting agent, or
 // `dtlaunch rdzv-server`). It authenticates nodes, feeds RoundState and sends what it decides;
-// a peer that sends garbage, floods, stalls or goes silent loses its connection, nobody else.
+// a peer that sends garbage, floods, stalls or goes quiet loses its connection, nobody else.
 // Peers that have not proven the token get a bounded share of descriptors and time (Admission),
 // and what they do is logged in aggregate (PeerLog), escaped.
 #pragma once

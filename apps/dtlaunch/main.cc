@@ -54,7 +54,7 @@ std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, cons
   launcher::HostFacts host{
       options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
       posix::cpu_count(), env, [&](const std::string& addr, int port) {
-        return rendezvous::reserve_check(addr, port, launcher::port_names(options, "master_addr", "master_port"));
+        return rendezvous::reserve_check(addr, port, launcher::port_names(options, config::Setting::master_addr, config::Setting::master_port));
       }};
   // For tests only: a fake NUMA topology (a directory holding sys/...) in place of the machine's /sys.
   if (auto root = env("DTL_TEST_SYSFS_ROOT")) host.read_sysfs = launcher::sysfs_under(*root);

@@ -454,7 +454,7 @@ def run_loss(victim_rank, sig, delay, show=False):
         if code is None:
             print(survivor.tail())
             return fail_or_note(f"node loss ({what}): the other agent still runs 15 s later", False)
-        lost_rx = r"silent for \d+ ms|lost|closed the connection"
+        lost_rx = r"nothing heard for \d+ ms|lost|closed the connection"
         hit = survivor.first(lost_rx)
         if code != 1 or not hit or hit[0] < t_sig:
             print(survivor.tail())

@@ -15,7 +15,7 @@ Std(int(v)), then runs torch.distributed.run.main() unchanged.
 Opt-in, for benchmarks on a shared machine: with TORCHRUN_COMPAT_FREE_PORT=1,
 --standalone hosts its c10d store on a free port instead of the fixed 29400
 (torch 1.13 hard-codes localhost:29400; when another torchrun already listens
-there, this one silently joins that process's store as a client).
+there, this one quietly joins that process's store as a client).
 """
 import re
 import sys

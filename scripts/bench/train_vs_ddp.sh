@@ -21,8 +21,8 @@
 #             uses the reference BLAS unless libopenblas0 is installed, which is ~20x slower
 #             (scripts/setup.sh installs libopenblas0-pthread, so BLAS_DIR is not needed after it)
 # OPENBLAS_CORETYPE  passed to both sides, as any variable; the kernel set in use is printed at the
-#             top. This workplace's shells set it to Haswell (AVX2), half the speed of OpenBLAS's own
-#             choice on its AVX-512 machines: `env -u OPENBLAS_CORETYPE scripts/bench/...` measures that
+#             top. Haswell (AVX2) runs at half the speed of OpenBLAS's own choice on an AVX-512
+#             machine: `env -u OPENBLAS_CORETYPE scripts/bench/...` measures that
 # CPU_KERNELS dtl-train's --cpu_kernels (default fused; torch: torch's ops, as the Python side)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -203,7 +203,7 @@ class AgentStoreWithTorch(LaunchTest):
             huge = connect(magic + b"\x01" + struct.pack("<Q", 1 << 62))
             never = connect(magic + b"\x06" + struct.pack("<QQ", 1, 5) + b"never")
             for i in range(200):
-                connect(magic if i % 2 else b"")  # stalled: validated, or silent
+                connect(magic if i % 2 else b"")  # stalled: validated, or quiet
             with open(go, "w"):
                 pass
             results = [n.finish(timeout=240) for n in nodes]

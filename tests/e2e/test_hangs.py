@@ -148,7 +148,7 @@ class Hangs(LaunchTest):
         self.assertIn("dtlaunch: suspect rank 1", r.stderr)
         self.assertEqual(len(self.reports()), 1)
 
-    def test_ranks_that_compute_silently_for_several_timeouts_raise_no_alarm(self):
+    def test_ranks_that_compute_quietly_for_several_timeouts_raise_no_alarm(self):
         r = self.run_job("compute", "--hang_timeout=2", "--on_hang=fail", extra=("8",))
         self.assertExitCode(r, 0)
         self.assertNotIn("hang", r.stderr)

@@ -275,18 +275,18 @@ class NetNS(LaunchTest):
         for r in nodes.values():
             r.wait_for(r"ready rank", count=2)
         cut_at = self.cut(where, "c")
-        nodes["a"].wait_for(rf"\({re.escape(ADDR['c'])}\) lost: silent for \d+ ms \(no heartbeat\)", stream="err",
+        nodes["a"].wait_for(rf"\({re.escape(ADDR['c'])}\) lost: nothing heard for \d+ ms \(no heartbeat\)", stream="err",
                             timeout=10)
         server_s = time.monotonic() - cut_at
-        nodes["c"].wait_for(r"lost the rendezvous server: silent for \d+ ms", stream="err", timeout=10)
+        nodes["c"].wait_for(r"lost the rendezvous server: nothing heard for \d+ ms", stream="err", timeout=10)
         client_s = time.monotonic() - cut_at
         results = self.finish_all(nodes, timeout=10)
         all_s = time.monotonic() - cut_at
         self.assert_no_leftovers(timeout=5)
         note(f"link of node c cut at the {where}: server noticed after {server_s:.2f} s, node c after "
              f"{client_s:.2f} s, every agent gone after {all_s:.2f} s")
-        silent_ms = int(re.search(r"lost: silent for (\d+) ms", results["a"].stderr).group(1))
-        self.assertGreaterEqual(silent_ms, 1500)  # keep_alive_interval 0.5 s x keep_alive_max_attempt 3
+        quiet_ms = int(re.search(r"lost: nothing heard for (\d+) ms", results["a"].stderr).group(1))
+        self.assertGreaterEqual(quiet_ms, 1500)  # keep_alive_interval 0.5 s x keep_alive_max_attempt 3
         self.assertLess(server_s, DETECTION_LIMIT_S)
         self.assertLess(client_s, DETECTION_LIMIT_S)
         self.assertLess(all_s, DETECTION_LIMIT_S)
@@ -294,7 +294,7 @@ class NetNS(LaunchTest):
             self.assertExitCode(results[n], 1)
             self.assertIn(f"({ADDR['c']}) was lost and the job cannot go on without it", results[n].stderr)
         self.assertExitCode(results["c"], 1)
-        self.assertIn("the node was lost (silent for", results["a"].stderr)  # in the failure summary
+        self.assertIn("the node was lost (nothing heard for", results["a"].stderr)  # in the failure summary
         return results
 
     def test_a_link_cut_at_the_bridge_is_detected_by_heartbeats_on_both_sides(self):
@@ -310,10 +310,10 @@ class NetNS(LaunchTest):
         cut_at = self.cut("bridge", "a")
         seen = {}
         for n in "bc":
-            nodes[n].wait_for(r"lost the rendezvous server: silent for \d+ ms", stream="err", timeout=10)
+            nodes[n].wait_for(r"lost the rendezvous server: nothing heard for \d+ ms", stream="err", timeout=10)
             seen[n] = time.monotonic() - cut_at
-        # The first of b and c found silent ends the job; the other is then dropped without a word.
-        nodes["a"].wait_for(rf"\({re.escape(SUBNET)}\.[23]\) lost: silent for \d+ ms \(no heartbeat\)", stream="err",
+        # The first of b and c found quiet ends the job; the other is then dropped without a word.
+        nodes["a"].wait_for(rf"\({re.escape(SUBNET)}\.[23]\) lost: nothing heard for \d+ ms \(no heartbeat\)", stream="err",
                             timeout=10)
         seen["a"] = time.monotonic() - cut_at
         results = self.finish_all(nodes, timeout=10)
@@ -335,7 +335,7 @@ class NetNS(LaunchTest):
         for r in nodes.values():
             r.wait_for(r"ready rank")
         cut_at = self.cut("bridge", "c")
-        nodes["a"].wait_for(rf"\({re.escape(ADDR['c'])}\) lost: silent for \d+ ms \(no heartbeat\)", stream="err",
+        nodes["a"].wait_for(rf"\({re.escape(ADDR['c'])}\) lost: nothing heard for \d+ ms \(no heartbeat\)", stream="err",
                             timeout=10)
         lost_s = time.monotonic() - cut_at
         for n in "ab":  # a new round of two nodes, ranks 0 and 1, without spending a restart
@@ -347,7 +347,7 @@ class NetNS(LaunchTest):
              f"{reformed_s:.2f} s")
         self.assertLess(lost_s, DETECTION_LIMIT_S)
         self.assertExitCode(c, 1)
-        self.assertIn("lost the rendezvous server: silent for", c.stderr)
+        self.assertIn("lost the rendezvous server: nothing heard for", c.stderr)
         self.assertIn("re-forming the group with 2 nodes (no restart spent)", nodes["a"].err.decode())
         for n in "ab":
             nodes[n].proc.send_signal(signal.SIGTERM)

@@ -55,8 +55,8 @@ TEST_CASE("dtlaunch launch ARGS is dtlaunch ARGS with accelerate's meaning of th
   CHECK(o.master_port == 29501);
   CHECK(o.program == "t.py");
   CHECK(o.program_args == std::vector<std::string>{"--lr", "1"});
-  CHECK(o.source("nproc_per_node").where == "--num_processes");
-  CHECK(o.source("nproc_per_node").note == "total 8 over 2 machines");
+  CHECK(o.source(Setting::nproc_per_node).where == "--num_processes");
+  CHECK(o.source(Setting::nproc_per_node).note == "total 8 over 2 machines");
   // Without `launch`, the same flags are accepted, and dtlaunch's own launch stays as it was.
   auto plain = ok({"--nproc_per_node=2", "t.py"});
   CHECK_FALSE(plain.accelerate.launch);
@@ -80,7 +80,7 @@ TEST_CASE("two machines not on one network meet at main_process_ip:main_process_
   auto o = ok({"launch", "--num_machines=2", "--num_processes=4", "--main_process_ip=h", "--main_process_port=29600",
                "t.py"});
   CHECK(o.rdzv_endpoint == "h:29600");
-  CHECK(o.source("rdzv_endpoint").note == "main_process_ip:main_process_port, no --same_network");
+  CHECK(o.source(Setting::rdzv_endpoint).note == "main_process_ip:main_process_port, no --same_network");
 }
 
 TEST_CASE("two spellings of one setting that disagree are an error naming both") {
@@ -109,7 +109,7 @@ TEST_CASE("accelerate's flags that dtlaunch cannot honour are refused with one l
   // DeepSpeed's own launchers on several machines: the ssh fan-out over deepspeed_hostfile.
   const auto pdsh = ok({"launch", "--use_deepspeed", "--num_machines=2", "--num_processes=2", "--main_process_ip=h", "t.py"});
   CHECK(pdsh.fanout.hostfile == "/job/hostfile");
-  CHECK(pdsh.source("hostfile").where == "deepspeed's default hostfile");
+  CHECK(pdsh.source(Setting::hostfile).where == "deepspeed's default hostfile");
   // deepspeed's launch.py starts the workers there: its variables (CROSS_RANK, ...) and GPU narrowing
   CHECK(pdsh.deepspeed_variables);
   CHECK(pdsh.local_rank_arg == LaunchOptions::LocalRankArg::none);  // accelerate's --no_local_rank
@@ -117,7 +117,7 @@ TEST_CASE("accelerate's flags that dtlaunch cannot honour are refused with one l
                             "--deepspeed_inclusion_filter=a@b", "t.py"});
   CHECK(filtered.fanout.hostfile == "hf");
   CHECK(filtered.fanout.include == "a@b");
-  CHECK(filtered.source("include").where == "--deepspeed_inclusion_filter");
+  CHECK(filtered.source(Setting::include).where == "--deepspeed_inclusion_filter");
   const auto standard = ok({"launch", "--use_deepspeed", "--num_machines=2", "--num_processes=2", "--main_process_ip=h",
                             "--deepspeed_multinode_launcher=standard", "--deepspeed_hostfile=hf", "t.py"});
   CHECK(standard.max_nodes == 2);

@@ -95,14 +95,14 @@ TEST_CASE("Open MPI's and PMI's ranks give nnodes and node_rank; master_addr sta
                              {"PMI_RANK", "8"}});
   CHECK(o.max_nodes == 2);
   CHECK(o.node_rank == 1);
-  CHECK(o.source("nnodes").where == "OMPI_COMM_WORLD_SIZE");
-  CHECK(o.source("nnodes").kind == Source::Kind::detected);
+  CHECK(o.source(Setting::nnodes).where == "OMPI_COMM_WORLD_SIZE");
+  CHECK(o.source(Setting::nnodes).kind == Source::Kind::detected);
   CHECK(o.master_addr == "127.0.0.1");
-  CHECK(o.source("master_addr").kind == Source::Kind::default_);
+  CHECK(o.source(Setting::master_addr).kind == Source::Kind::default_);
   auto p = ok({"train.py"}, {{"PMI_SIZE", "3"}, {"PMI_RANK", "2"}});
   CHECK(p.max_nodes == 3);
   CHECK(p.node_rank == 2);
-  CHECK(p.source("node_rank").where == "PMI_RANK");
+  CHECK(p.source(Setting::node_rank).where == "PMI_RANK");
   // mpirun inside an srun step: mpirun's world is the one dtlaunch was started in.
   CHECK(detect_cluster(env_of(srun_step({{"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "0"}})))
             .scheduler == "Open MPI");
@@ -115,7 +115,7 @@ TEST_CASE("flags and variables win over what srun says, which wins over the conf
   CHECK(o.master_addr == "gpu02");
   CHECK(o.master_port == 12345);
   CHECK(o.run_id == "12345.0");
-  CHECK(o.source("master_addr").kind == Source::Kind::detected);
+  CHECK(o.source(Setting::master_addr).kind == Source::Kind::detected);
   auto given = ok({"--master_addr=10.0.0.1", "--run_id=mine", "train.py"}, srun_step({{"PET_MASTER_PORT", "4000"}}));
   CHECK(given.master_addr == "10.0.0.1");
   CHECK(given.master_port == 4000);
@@ -227,7 +227,7 @@ TEST_CASE("launcher ssh is the --hostfile/--hosts fan-out, and slurm refuses hos
 }
 
 TEST_CASE("an srun step whose SLURM_JOB_ID is no number is refused unless the port and id are given") {
-  // it gave every node port 29500 and run id none, silently
+  // it gave every node port 29500 and run id none, without a word
   auto r = parse({"t.py"}, srun_step({{"SLURM_JOB_ID", "abc"}}));
   REQUIRE(r.error);
   CHECK(r.error->message == "SLURM_JOB_ID=abc is not a job number (give --master_port and --rdzv_id)");

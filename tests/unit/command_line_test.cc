@@ -175,16 +175,16 @@ TEST_CASE("an rdzv_conf item without '=' is named once") {
 
 TEST_CASE("each setting records its source: the flag as typed, the variable that gave it, or the default") {
   auto o = ok({"--nproc-per-node=3", "-m", "--max_restarts", "2", "pkg"}, {{"PET_ROLE", "r"}, {"PET_MAX_RESTARTS", "5"}});
-  CHECK(o.source("nproc_per_node").kind == Source::Kind::flag);
-  CHECK(o.source("nproc_per_node").where == "--nproc-per-node");
-  CHECK(o.source("module").where == "--module");  // a short option is named by its long spelling
-  CHECK(o.source("max_restarts").where == "--max_restarts");
-  CHECK(o.source("role").kind == Source::Kind::env);
-  CHECK(o.source("role").where == "PET_ROLE");
-  CHECK(o.source("tee").kind == Source::Kind::default_);
-  CHECK(o.named("nproc_per_node", "3") == "--nproc-per-node=3");
+  CHECK(o.source(Setting::nproc_per_node).kind == Source::Kind::flag);
+  CHECK(o.source(Setting::nproc_per_node).where == "--nproc-per-node");
+  CHECK(o.source(Setting::module).where == "--module");  // a short option is named by its long spelling
+  CHECK(o.source(Setting::max_restarts).where == "--max_restarts");
+  CHECK(o.source(Setting::role).kind == Source::Kind::env);
+  CHECK(o.source(Setting::role).where == "PET_ROLE");
+  CHECK(o.source(Setting::tee).kind == Source::Kind::default_);
+  CHECK(o.named(Setting::nproc_per_node, "3") == "--nproc-per-node=3");
   // the last spelling typed is the one that gave the value
-  CHECK(ok({"--nproc_per_node=1", "--nproc-per-node=2", "t.py"}).source("nproc_per_node").where == "--nproc-per-node");
+  CHECK(ok({"--nproc_per_node=1", "--nproc-per-node=2", "t.py"}).source(Setting::nproc_per_node).where == "--nproc-per-node");
 }
 
 TEST_CASE("an error names the flag as the user typed it") {
@@ -196,14 +196,14 @@ TEST_CASE("an error names the flag as the user typed it") {
 TEST_CASE("the token's variables are resolved like any other: PET_RDZV_TOKEN, then DTLAUNCH_RDZV_TOKEN") {
   auto o = ok({"t.py"}, {{"DTLAUNCH_RDZV_TOKEN", "d"}});
   CHECK(o.rdzv_token == "d");
-  CHECK(o.source("rdzv_token").kind == Source::Kind::env);
-  CHECK(o.source("rdzv_token").where == "DTLAUNCH_RDZV_TOKEN");
+  CHECK(o.source(Setting::rdzv_token).kind == Source::Kind::env);
+  CHECK(o.source(Setting::rdzv_token).where == "DTLAUNCH_RDZV_TOKEN");
   o = ok({"t.py"}, {{"DTLAUNCH_RDZV_TOKEN", "d"}, {"PET_RDZV_TOKEN", "p"}});
   CHECK(o.rdzv_token == "p");
-  CHECK(o.source("rdzv_token").where == "PET_RDZV_TOKEN");
+  CHECK(o.source(Setting::rdzv_token).where == "PET_RDZV_TOKEN");
   o = ok({"--rdzv-token=f", "t.py"}, {{"DTLAUNCH_RDZV_TOKEN", "d"}});
   CHECK(o.rdzv_token == "f");
-  CHECK(o.source("rdzv_token").kind == Source::Kind::flag);
+  CHECK(o.source(Setting::rdzv_token).kind == Source::Kind::flag);
 }
 
 TEST_CASE("use_cpu against nproc_per_node=gpu is refused whatever gave each") {
@@ -235,9 +235,9 @@ TEST_CASE("a command's settings are read as dtlaunch reads them, and the setting
                                           {{Setting::rdzv_backend, "c10d"}}, own, {"--host=h", "--nnodes", "2"}, env, none);
   REQUIRE(r.options);
   CHECK(r.options->rdzv_token == "s");
-  CHECK(r.options->source("rdzv_token").where == "PET_RDZV_TOKEN");
+  CHECK(r.options->source(Setting::rdzv_token).where == "PET_RDZV_TOKEN");
   CHECK(r.options->max_nodes == 2);
-  CHECK(r.options->source("nproc_per_node").kind == Source::Kind::default_);
+  CHECK(r.options->source(Setting::nproc_per_node).kind == Source::Kind::default_);
   CHECK(r.options->rdzv_backend == "c10d");  // the command's own default
   CHECK(own[0].value == "h");
   auto bad = dtl::config::parse_command_settings("dtlaunch cmd", "a test", {Setting::nnodes}, {}, own,
@@ -322,4 +322,13 @@ TEST_CASE("torchrun's logs_specs entry point `default` is taken, another is refu
   CHECK(ok({"--logs_specs=default", "train.py"}).program == "train.py");
   CHECK(ok({"--logs-specs", "default", "train.py"}).program == "train.py");
   CHECK(error_of(parse({"--logs_specs=my.Specs", "train.py"})).rfind("--logs_specs: expected default, torchrun's built-in", 0) == 0);
+}
+
+TEST_CASE("every setting has its row in the flag table, and so a name") {
+  for (int i = 0; i <= static_cast<int>(Setting::fp8_pad_inner_dim); ++i) {
+    INFO(i);
+    CHECK(setting_name(static_cast<Setting>(i)) != "?");
+  }
+  CHECK(setting_name(Setting::export_) == "export");
+  CHECK(LaunchOptions{}.source(Setting::max_restarts).where == "--max_restarts");  // unset: its flag
 }

@@ -172,7 +172,7 @@ TEST_CASE("YAML syntax errors and wrong types name the file, line, column and ke
   CHECK(error("env:\n  A: [1]\n") == "cfg.yaml:2:6: env: A: expected a single value, got a list");
 }
 
-TEST_CASE("a file of several YAML documents is an error, not the first one silently") {
+TEST_CASE("a file of several YAML documents is an error, not the first one without a word") {
   CHECK(error("nproc_per_node: 2\n---\nnproc_per_nod: 3\n") ==
         "cfg.yaml:3:1: expected one YAML document, got a second one (after '---')");
   CHECK(error("---\n...\n---\nbogus: 1\n") == "cfg.yaml:4:1: expected one YAML document, got a second one (after '---')");

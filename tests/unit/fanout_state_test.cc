@@ -169,7 +169,7 @@ TEST_CASE("fan-out state: a host that ends after its hello, before the job start
   CHECK(finish(end) == 2);
 }
 
-TEST_CASE("fan-out state: no answer by the deadline names the first silent host") {
+TEST_CASE("fan-out state: no answer by the deadline names the first quiet host") {
   auto s = three();
   s.on_hello(0, "dtlaunch-node 1.0");
   auto a = s.on_timer(Timer::preflight);

@@ -43,7 +43,7 @@ TEST_CASE("expiration timers: one per pid and scope, released by a negative time
   CHECK(t.expire(300).size() == 1);
   CHECK(t.empty());
   t.on_request({13, "x", 10, 0});
-  auto silent = t.expire(20);
-  REQUIRE(silent.size() == 1);
-  CHECK(silent[0].signal == 0);
+  auto quiet = t.expire(20);
+  REQUIRE(quiet.size() == 1);
+  CHECK(quiet[0].signal == 0);
 }

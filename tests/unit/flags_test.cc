@@ -85,7 +85,7 @@ TEST_CASE("every row is read from the variables it names, the first one first") 
         return std::nullopt;
       });
       REQUIRE(r.shown);
-      CHECK(r.shown->source(f.name).where == name);
+      CHECK(r.shown->source(f.id).where == name);
     }
   }
 }

@@ -25,7 +25,7 @@ std::vector<std::pair<int, Hang>> watch(HangWatch& w, int from, int until, doubl
 
 }  // namespace
 
-TEST_CASE("hang watch: ranks that compute silently are never hung") {
+TEST_CASE("hang watch: ranks that compute quietly are never hung") {
   HangWatch w(10s);
   CHECK(watch(w, 0, 60, 1.0, 0.9).empty());
 }
@@ -40,7 +40,7 @@ TEST_CASE("hang watch: no rank printing and none making progress is a hang, repo
   auto hangs = watch(w, 0, 40, 0.0, 0.0);
   REQUIRE(hangs.size() == 1);
   CHECK(hangs[0].first == 10);
-  CHECK(hangs[0].second.silent_s == Approx(10));
+  CHECK(hangs[0].second.quiet_s == Approx(10));
   REQUIRE(hangs[0].second.ranks.size() == 2);
   CHECK_FALSE(hangs[0].second.ranks[0].busy);
   CHECK(hangs[0].second.ranks[1].pid == 101);
@@ -66,7 +66,7 @@ TEST_CASE("hang watch: output ends a hang, and a later silence is a new one") {
 
 TEST_CASE("hang watch: the CPU window needs watching first; a reset forgets the attempt") {
   HangWatch w(10s);
-  // silent since long before the watch began: the first ten seconds of samples tell nothing yet
+  // quiet since long before the watch began: the first ten seconds of samples tell nothing yet
   std::vector<RankSample> ranks{{0, 0, 100, 'S', 0, t0}};
   CHECK_FALSE(w.on_sample(t0 + 100s, ranks));
   CHECK_FALSE(w.on_sample(t0 + 105s, ranks));
@@ -141,7 +141,7 @@ TEST_CASE("hang watch: a signalled hang is reported at once, once an attempt, an
   REQUIRE(h->ranks.size() == 2);
   CHECK(h->ranks[1].busy);
   CHECK(h->ranks[1].cpu_percent == Approx(200));
-  CHECK(h->silent_s == Approx(21));
+  CHECK(h->quiet_s == Approx(21));
   CHECK_FALSE(w.on_signal(t0 + 22s, ranks, "again"));
   // the ranks' own reports of the timeout are output, not the end of the hang
   CHECK(watch(w, 22, 60, 0.0, 0.0, t0 + 22s).empty());
@@ -274,7 +274,7 @@ TEST_CASE("hang watch: a node's part goes to the host and back, cut to fit, and 
   CHECK(back->ranks[0].host == "node-b");
   CHECK(back->ranks[0].doing == "blocked");
   CHECK(back->ranks[1].stack == b.ranks[1].stack);
-  CHECK(back->silent_s == Approx(7));
+  CHECK(back->quiet_s == Approx(7));
 
   // too big for the budget: the main threads only, then fewer frames
   const auto cut = parse_hang_part(hang_part(b, "node-b", "py-spy", part.size() - 10));
@@ -288,7 +288,7 @@ TEST_CASE("hang watch: a node's part goes to the host and back, cut to fit, and 
   a.ranks.push_back({0, 0, 100, 'S', 0, 9, false, "in a collective", {"thread MainThread", "all_reduce (x.py:1)"}, ""});
   a.ranks[0].host = "node-a";
   const Hang all = merge_parts({*back, a});
-  CHECK(all.silent_s == Approx(7));
+  CHECK(all.quiet_s == Approx(7));
   CHECK(all.cause == "rank 0's NCCL watchdog timed out a collective");
   REQUIRE(all.ranks.size() == 3);
   CHECK(all.ranks[0].rank == 0);

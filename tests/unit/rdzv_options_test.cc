@@ -146,7 +146,7 @@ TEST_CASE("a --local_addr that does not resolve is named --local_addr, not --mas
 }
 
 TEST_CASE("a port's names are its flags when typed, else the setting and where it came from") {
-  auto names = [](const config::LaunchOptions& o) { return launcher::port_names(o, "master_addr", "master_port"); };
+  auto names = [](const config::LaunchOptions& o) { return launcher::port_names(o, config::Setting::master_addr, config::Setting::master_port); };
   CHECK(names(parsed({"--master-port=29655"})).given(29655) == "--master-port 29655");
   CHECK(names(parsed({"--master-port=29655"})).free() == "--master-port=0");
   CHECK(names(parsed({})).given(29500) == "--master_port 29500");
