@@ -11,8 +11,8 @@
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
@@ -34,7 +34,7 @@ using namespace fanout;
 
 namespace {
 
-constexpr int kTimers = 3;  ///< fanout::Timer's values
+constexpr int kTimers = 3;                                ///< fanout::Timer's values
 constexpr auto kRelayTimeout = std::chrono::seconds(60);  ///< `dtlaunch stacks` through the first host
 
 /// One host's ssh: its pipes, its output as whole lines with the host in front, and its pid.
@@ -211,7 +211,8 @@ class Fanout {
   void stacks(StacksSocket::Reply reply) {
     const Node& first = *nodes_.front();
     if (first.agent_pid <= 0) return reply("dtlaunch: " + first.start.host + " has not started its agent yet\n");
-    if (relaying_) return reply("dtlaunch: the stacks are being read for another `dtlaunch stacks`: ask again in a moment\n");
+    if (relaying_)
+      return reply("dtlaunch: the stacks are being read for another `dtlaunch stacks`: ask again in a moment\n");
     std::vector<std::string> argv = first.start.argv;
     argv.back() = "exec " + shell_quote(plan_.remote_dtlaunch) + " stacks " + std::to_string(first.agent_pid);
     relaying_ = true;

@@ -323,13 +323,13 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
   for (const auto& r : hang.ranks) {
     if (r.busy) busy.push_back(r.rank);
   }
-  std::string out = hang.cause.empty()
-                        ? fmt::format("dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n",
-                                      hang.quiet_s, timeout_s,
-                                      busy.empty() ? std::string("no rank made progress")
-                                                   : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) +
-                                                         " ran while the others waited")
-                        : "dtlaunch: hang: " + hang.cause + "\n";
+  std::string out =
+      hang.cause.empty()
+          ? fmt::format(
+                "dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n", hang.quiet_s, timeout_s,
+                busy.empty() ? std::string("no rank made progress")
+                             : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) + " ran while the others waited")
+          : "dtlaunch: hang: " + hang.cause + "\n";
   out += stacks_text(hang, host, how);
   if (suspect) {
     const auto& r = hang.ranks[*suspect];
@@ -358,8 +358,8 @@ std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, co
         "{}{{\"rank\": {}, \"host\": {}, \"local_rank\": {}, \"pid\": {}, \"state\": {}, \"cpu_percent\": {:.1f}, "
         "\"quiet_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"stack_error\": {}, \"stack_by\": {}, \"stack\": [",
         i ? ", " : "", r.rank, json_string(r.host.empty() ? host : r.host), r.local_rank, r.pid,
-        json_string(std::string(1, r.state)), r.cpu_percent, r.quiet_s, r.busy ? "true" : "false",
-        json_string(r.doing), json_string(r.stack_error), json_string(r.stack_by.empty() ? how : r.stack_by));
+        json_string(std::string(1, r.state)), r.cpu_percent, r.quiet_s, r.busy ? "true" : "false", json_string(r.doing),
+        json_string(r.stack_error), json_string(r.stack_by.empty() ? how : r.stack_by));
     for (size_t j = 0; j < r.stack.size(); ++j) out += (j ? ", " : "") + json_string(r.stack[j]);
     out += "], \"native\": [";
     for (size_t j = 0; j < r.native.size(); ++j) out += (j ? ", " : "") + json_string(r.native[j]);

@@ -39,7 +39,7 @@ struct HungRank {
   pid_t pid = 0;
   char state = 'S';
   double cpu_percent = 0;           ///< over the watch's window
-  double quiet_s = 0;              ///< since its last output
+  double quiet_s = 0;               ///< since its last output
   bool busy = false;                ///< it used at least a fifth of a CPU over the window
   std::string doing;                ///< what its stack says (classify), or "running" / "blocked" from /proc
   std::vector<std::string> stack;   ///< "function (file:line)", innermost first, threads apart by ""

@@ -96,7 +96,7 @@ class HangWatcher {
   void fail_rank(const Probe& p, const std::string& message);
   std::string how() const;                            ///< which tool reads the stacks
   std::map<pid_t, std::string> stacks_files() const;  ///< each rank's faulthandler file, where ptrace is not allowed
-  void answer(const StacksSocket::Reply& reply);  ///< `dtlaunch stacks`
+  void answer(const StacksSocket::Reply& reply);      ///< `dtlaunch stacks`
 
   boost::asio::io_context& io_;
   Console& console_;

@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
+#include <boost/asio/write.hpp>
 
 #include "base/error.h"
 #include "base/posix.h"
