@@ -5,6 +5,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <functional>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
 
@@ -32,6 +34,27 @@ ServerOptions options(size_t total = 8, size_t per_source = 4) {
   limits.per_source = per_source;
   o.admission = limits;
   return o;
+}
+
+/// Nodes 0 and 1 of a static job of two, joined to `server`; `more` adds to each one's callbacks.
+std::vector<std::unique_ptr<Client>> two_nodes(asio::io_context& io, Server& server, int& rounds,
+                                               const std::function<void(int, Client::Callbacks&)>& more = {}) {
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int rank : {0, 1}) {
+    ClientOptions c;
+    c.host = "127.0.0.1";
+    c.port = server.port();
+    c.credentials = {"job42", "s3cret"};
+    c.join.host = "node-" + std::to_string(rank);
+    c.join.node_rank = rank;
+    c.join.min_nodes = c.join.max_nodes = 2;
+    Client::Callbacks cb{[&rounds](const Round&) { ++rounds; }, [](const Stop&) {}, [](const Exit&) {},
+                         [](const std::string& why, bool) { FAIL(why); }};
+    if (more) more(rank, cb);
+    clients.push_back(std::make_unique<Client>(io, c, cb));
+    clients.back()->start();
+  }
+  return clients;
 }
 
 }  // namespace
@@ -79,22 +102,9 @@ TEST_CASE("the end of the job waits for the members only, not for peers that nev
 TEST_CASE("a client that leaves says why before it hangs up, and the others are told that reason") {
   asio::io_context io;
   Server server(io, options());
-  std::vector<std::unique_ptr<Client>> clients;
   int rounds = 0;
   std::optional<Exit> exit;
-  for (int rank : {0, 1}) {
-    ClientOptions c;
-    c.host = "127.0.0.1";
-    c.port = server.port();
-    c.credentials = {"job42", "s3cret"};
-    c.join.host = "node-" + std::to_string(rank);
-    c.join.node_rank = rank;
-    c.join.min_nodes = c.join.max_nodes = 2;
-    Client::Callbacks cb{[&](const Round&) { ++rounds; }, [](const Stop&) {},
-                         [&](const Exit& e) { exit = e; }, [](const std::string& why, bool) { FAIL(why); }};
-    clients.push_back(std::make_unique<Client>(io, c, cb));
-    clients.back()->start();
-  }
+  auto clients = two_nodes(io, server, rounds, [&](int, Client::Callbacks& cb) { cb.on_exit = [&](const Exit& e) { exit = e; }; });
   REQUIRE(run_until(io, [&] { return rounds == 2; }));
   clients[1]->leave(Leaving{"it received SIGTERM"});
   REQUIRE(run_until(io, [&] { return exit.has_value(); }));
@@ -115,21 +125,12 @@ TEST_CASE("every node's stacks: gathered for the asker, a hang's once a round fo
     hang_missing.push_back(missing);
   };
   Server server(io, o);
-  std::vector<std::unique_ptr<Client>> clients;
   int rounds = 0;
   std::vector<std::string> relayed;  // what node 0 received of its own ask
   std::optional<StacksEnd> end;
   std::vector<HangVerdict> verdicts;
-  for (int rank : {0, 1}) {
-    ClientOptions c;
-    c.host = "127.0.0.1";
-    c.port = server.port();
-    c.credentials = {"job42", "s3cret"};
-    c.join.host = "node-" + std::to_string(rank);
-    c.join.node_rank = rank;
-    c.join.min_nodes = c.join.max_nodes = 2;
-    Client::Callbacks cb{[&](const Round&) { ++rounds; }, [](const Stop&) {}, [](const Exit&) {},
-                         [](const std::string& why, bool) { FAIL(why); }};
+  std::vector<std::unique_ptr<Client>> clients;
+  clients = two_nodes(io, server, rounds, [&](int rank, Client::Callbacks& cb) {
     cb.on_stacks_ask = [&, rank](const StacksAsk& a) {
       clients[rank]->send(StacksPart{a.id, "part of node-" + std::to_string(rank)});
     };
@@ -139,9 +140,7 @@ TEST_CASE("every node's stacks: gathered for the asker, a hang's once a round fo
     };
     cb.on_stacks_end = [&](const StacksEnd& e) { end = e; };
     cb.on_hang_verdict = [&](const HangVerdict& v) { verdicts.push_back(v); };
-    clients.push_back(std::make_unique<Client>(io, c, cb));
-    clients.back()->start();
-  }
+  });
   REQUIRE(run_until(io, [&] { return rounds == 2; }));
 
   clients[0]->send(StacksWanted{41, 0});
@@ -170,26 +169,15 @@ TEST_CASE("every node's stacks: a node that does not answer is named as missing 
   auto o = options();
   o.stacks_timeout = 300ms;
   Server server(io, o);
-  std::vector<std::unique_ptr<Client>> clients;
   int rounds = 0;
   std::optional<StacksEnd> end;
-  for (int rank : {0, 1}) {
-    ClientOptions c;
-    c.host = "127.0.0.1";
-    c.port = server.port();
-    c.credentials = {"job42", "s3cret"};
-    c.join.host = "node-" + std::to_string(rank);
-    c.join.node_rank = rank;
-    c.join.min_nodes = c.join.max_nodes = 2;
-    Client::Callbacks cb{[&](const Round&) { ++rounds; }, [](const Stop&) {}, [](const Exit&) {},
-                         [](const std::string& why, bool) { FAIL(why); }};
+  std::vector<std::unique_ptr<Client>> clients;
+  clients = two_nodes(io, server, rounds, [&](int rank, Client::Callbacks& cb) {
     if (rank == 0) {  // node 1 never answers
       cb.on_stacks_ask = [&](const StacksAsk& a) { clients[0]->send(StacksPart{a.id, "node-0's"}); };
     }
     cb.on_stacks_end = [&](const StacksEnd& e) { end = e; };
-    clients.push_back(std::make_unique<Client>(io, c, cb));
-    clients.back()->start();
-  }
+  });
   REQUIRE(run_until(io, [&] { return rounds == 2; }));
   clients[0]->send(StacksWanted{9, 0});
   REQUIRE(run_until(io, [&] { return end.has_value(); }));
