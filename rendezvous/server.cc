@@ -14,6 +14,7 @@
 #include "base/accept_loop.h"
 #include "base/posix.h"
 #include "rendezvous/auth.h"
+#include "rendezvous/connection.h"
 #include "rendezvous/peer_log.h"
 #include "rendezvous/printable.h"
 #include "base/printable.h"
@@ -24,29 +25,8 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-constexpr const char* kClosed = "connection closed";
 constexpr size_t kMaxLogLine = 8192;
 
-/// One peer. Reads are small (joins are ~200 bytes) so thousands of nodes stay cheap.
-struct Conn {
-  Conn(tcp::socket s, NodeId id) : sock(std::move(s)), id(id) {}
-  tcp::socket sock;
-  NodeId id;
-  ServerHandshake shake;
-  bool member = false;   ///< proved the token (or there is none) and joined: never counted against the caps
-  bool closing = false;  ///< nothing more is read; the socket closes once the queue is written
-  FrameDecoder decoder;
-  std::array<uint8_t, 2048> buf;
-  std::optional<Bytes> first;  ///< with a shared port: the bytes read until they say whose they are
-  std::deque<Bytes> out;
-  bool writing = false;
-  tcp::endpoint remote;
-  std::string peer() const { return remote.address().to_string(); }  ///< for the log
-  std::string source;  ///< what the caps count it under
-  Clock::time_point last_heard, last_sent;
-  int frames = 0;  ///< in this heartbeat interval
-  bool joined() const { return !closing && shake.phase == ServerHandshake::Phase::joined; }
-};
 
 /// The caps on connections that have not proven the token: the given ones or the descriptor
 /// limit's share, and with a shared port at least as many as the other protocol takes from anyone.
@@ -86,7 +66,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   asio::steady_timer silence_timer;  ///< just past the earliest silence limit, when it falls between sweeps
   asio::steady_timer peer_log_timer; ///< the summary of what unauthenticated peers did
   bool peer_log_armed = false;
-  std::map<NodeId, std::shared_ptr<Conn>> conns;
+  std::map<NodeId, std::shared_ptr<Connection>> conns;  ///< every connection, by id: the server owns them
+  std::shared_ptr<const Connection::Events> events;     ///< theirs, made by start()
   NodeId next_id = 1;
   size_t members = 0;
   ServerStats stats;
@@ -139,6 +120,25 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
 
   void start() {
+    // What the connections tell: handled while the server lives, ignored after.
+    Connection::Events e;
+    const std::weak_ptr<Impl> weak = weak_from_this();
+    e.message = [weak](const std::shared_ptr<Connection>& c, const Message& m) {
+      if (auto self = weak.lock(); self && !self->stopped) self->handle(c, m);
+    };
+    e.failed = [weak](const std::shared_ptr<Connection>& c, bool hung_up, const std::string& why) {
+      if (auto self = weak.lock(); self && !self->stopped) self->drop(c, hung_up ? Ending::hung_up : Ending::dropped, why);
+    };
+    if (opts.shared_port) {
+      e.claims = opts.shared_port->claims;
+      e.claimed = [weak](const std::shared_ptr<Connection>& c) {
+        if (auto self = weak.lock(); self && !self->stopped) self->hand_over(c);
+      };
+    }
+    e.closed = [weak](const std::shared_ptr<Connection>& c) {
+      if (auto self = weak.lock(); self && !self->stopped) self->forget(c);
+    };
+    events = std::make_shared<const Connection::Events>(std::move(e));
     // The loop calls these only until shutdown(), which stops it: `this` is alive.
     accepting = net::AcceptLoop::start(std::move(acceptor), {opts.accept_backoff},
                                        {[this](tcp::socket sock, const tcp::endpoint& peer) {
@@ -158,8 +158,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     boost::system::error_code ignored;
     if (accepting) accepting->stop();
     for (auto* t : {&round_timer, &sweep_timer, &silence_timer, &peer_log_timer}) t->cancel();
-    for (auto& [id, c] : conns) c->sock.close(ignored);
-    conns.clear();
+    auto all = std::exchange(conns, {});
+    for (auto& [id, c] : all) c->close();
     if (auto line = peer_log.summary(Clock::now())) spdlog::warn("rendezvous: {}", *line);
   }
 
@@ -192,13 +192,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       return;
     }
     sock.set_option(tcp::no_delay(true), ec);
-    auto c = std::make_shared<Conn>(std::move(sock), id);
-    c->remote = remote;
-    c->source = source;
+    auto c = std::make_shared<Connection>(std::move(sock), id, remote, source, events);
     c->last_heard = c->last_sent = now;
-    if (opts.shared_port) c->first.emplace();
-    conns[c->id] = c;
-    read(c);
+    conns[id] = c;
+    c->start();
   }
 
   /// Closes an unauthenticated connection to make room (one being refused is closed without
@@ -208,7 +205,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (it == conns.end()) return admission.leave(id);
     ++stats.shed;
     auto c = it->second;
-    if (c->closing) return close(c);
+    if (c->closing()) return c->close();
     drop(c, Ending::shed, why);
   }
 
@@ -233,156 +230,87 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     });
   }
 
-  void read(const std::shared_ptr<Conn>& c) {
-    c->sock.async_read_some(asio::buffer(c->buf), [self = shared_from_this(), c](const boost::system::error_code& ec,
-                                                                                size_t n) {
-      if (self->stopped || c->closing) return;
-      if (ec) {
-        self->drop(c, Ending::hung_up, ec == asio::error::eof ? kClosed : ec.message());
-        return;
-      }
-      c->last_heard = Clock::now();
-      const uint8_t* data = c->buf.data();
-      if (const auto& shared = self->opts.shared_port; shared && c->first) {
-        c->first->insert(c->first->end(), data, data + n);
-        auto theirs = shared->claims(c->first->data(), c->first->size());
-        if (!theirs) return self->read(c);
-        if (*theirs) return self->hand_over(c);
-        data = c->first->data();
-        n = c->first->size();
-      }
-      std::vector<Message> msgs;
-      auto err = c->decoder.feed(data, n, msgs);
-      c->first.reset();
-      for (auto& m : msgs) {
-        if (c->closing || !self->conns.count(c->id)) return;
-        ++c->frames;
-        self->handle(c, m);
-      }
-      if (err) {
-        self->drop(c, Ending::dropped, "bad frame: " + err->what);
-        return;
-      }
-      if (self->conns.count(c->id) && !c->closing) self->read(c);
-    });
-  }
-
-  void send(const std::shared_ptr<Conn>& c, Bytes frame) {
-    c->out.push_back(std::move(frame));
-    c->last_sent = Clock::now();
-    if (!c->writing) write(c);
-  }
-
-  void write(const std::shared_ptr<Conn>& c) {
-    if (c->out.empty()) {
-      c->writing = false;
-      if (c->closing) close(c);
-      return;
-    }
-    c->writing = true;
-    asio::async_write(c->sock, asio::buffer(c->out.front()),
-                      [self = shared_from_this(), c](const boost::system::error_code& ec, size_t) {
-                        if (self->stopped) return;
-                        c->out.pop_front();
-                        if (ec) {
-                          c->out.clear();
-                          c->writing = false;
-                          if (!c->closing) self->drop(c, Ending::dropped, "write failed: " + ec.message());
-                          else self->close(c);
-                          return;
-                        }
-                        self->write(c);
-                      });
-  }
-
-  void close(const std::shared_ptr<Conn>& c) {
-    if (!conns.count(c->id)) return;
-    boost::system::error_code ignored;
-    c->sock.shutdown(tcp::socket::shutdown_both, ignored);
-    c->sock.close(ignored);
-    conns.erase(c->id);
-    admission.leave(c->id);
-    forget_in_gatherings(c->id);
+  /// A connection closed: it leaves the map, the caps and the gatherings.
+  void forget(const std::shared_ptr<Connection>& c) {
+    if (!conns.erase(c->id())) return;
+    admission.leave(c->id());
+    forget_in_gatherings(c->id());
     if (c->member && --members == 0 && on_empty) std::exchange(on_empty, nullptr)();
   }
 
   /// A connection of the protocol sharing the port leaves the rendezvous, socket open.
-  void hand_over(const std::shared_ptr<Conn>& c) {
-    c->closing = true;
-    conns.erase(c->id);
-    admission.leave(c->id);
-    opts.shared_port->take(std::move(c->sock), c->remote, std::move(*c->first));
+  void hand_over(const std::shared_ptr<Connection>& c) {
+    conns.erase(c->id());
+    admission.leave(c->id());
+    auto [socket, first] = c->hand_over();
+    opts.shared_port->take(std::move(socket), c->remote(), std::move(first));
   }
 
   /// Stop talking to a peer: what it was in the round is lost. `how` says, for one that had not
   /// proven the token, how its connection ended.
-  void drop(const std::shared_ptr<Conn>& c, Ending how, const std::string& why) {
-    if (!conns.count(c->id)) return;
+  void drop(const std::shared_ptr<Connection>& c, Ending how, const std::string& why) {
+    if (!conns.count(c->id())) return;
     const bool joined = c->joined();
     if (!c->member) {
-      auto hangup = why == kClosed ? server_hangup(opts.credentials, c->shake) : std::nullopt;
-      note_peer(hangup ? Ending::hung_up : how, c->source,
+      auto hangup = why == Connection::kHungUp ? server_hangup(opts.credentials, c->shake) : std::nullopt;
+      note_peer(hangup ? Ending::hung_up : how, c->source(),
                 hangup ? c->peer() + " " + *hangup : "dropped " + c->peer() + " before it joined: " + why);
     }
-    c->closing = true;
-    // A write in flight still reads the front buffer: its handler, which closing the socket makes
-    // run with an error, clears the queue.
-    if (!c->writing) c->out.clear();
-    close(c);
-    if (joined) apply(round.on_lost(c->id, why, Clock::now()));
+    c->close();
+    if (joined) apply(round.on_lost(c->id(), why, Clock::now()));
   }
 
   /// A message of the handshake: the state machine decides, this carries out.
-  void handshake(const std::shared_ptr<Conn>& c, const Message& m) {
+  void handshake(const std::shared_ptr<Connection>& c, const Message& m) {
     const bool hello = c->shake.phase == ServerHandshake::Phase::hello;
     ServerStep step = server_step(opts.credentials, c->shake, m, hello ? random_nonce() : Nonce{});
     if (step.dropped) return drop(c, Ending::dropped, *step.dropped);
     c->shake = step.next;
-    for (const auto& reply : step.send) send(c, encode(reply));
+    for (const auto& reply : step.send) c->send(encode(reply));
     if (step.refused) {
-      note_peer(Ending::refused, c->source, "refused " + c->peer() + ": " + *step.refused);
-      c->closing = true;
+      note_peer(Ending::refused, c->source(), "refused " + c->peer() + ": " + *step.refused);
+      c->close_after_sending();
     }
     if (step.joined) {
       // Proven: from now on a member, outside the caps, and waited for at the end.
-      admission.leave(c->id);
+      admission.leave(c->id());
       c->member = true;
       ++members;
-      apply(round.on_join(c->id, Member{std::move(*step.joined), c->peer()}, Clock::now()));
+      apply(round.on_join(c->id(), Member{std::move(*step.joined), c->peer()}, Clock::now()));
     }
   }
 
-  void handle(const std::shared_ptr<Conn>& c, const Message& m) {
-    if (c->closing) return;
+  void handle(const std::shared_ptr<Connection>& c, const Message& m) {
+    if (c->closing()) return;
     if (!c->joined()) return handshake(c, m);
     const auto now = Clock::now();
     if (std::holds_alternative<Heartbeat>(m)) return;
-    if (auto* f = std::get_if<Failed>(&m)) return apply(round.on_failed(c->id, f->failures, now));
-    if (std::holds_alternative<Stopped>(m)) return apply(round.on_stopped(c->id, now));
-    if (std::holds_alternative<Done>(m)) return apply(round.on_done(c->id, now));
-    if (auto* l = std::get_if<Leaving>(&m)) return apply(round.on_left(c->id, l->reason, now));
+    if (auto* f = std::get_if<Failed>(&m)) return apply(round.on_failed(c->id(), f->failures, now));
+    if (std::holds_alternative<Stopped>(m)) return apply(round.on_stopped(c->id(), now));
+    if (std::holds_alternative<Done>(m)) return apply(round.on_done(c->id(), now));
+    if (auto* l = std::get_if<Leaving>(&m)) return apply(round.on_left(c->id(), l->reason, now));
     if (auto* w = std::get_if<StacksWanted>(&m)) return gather(c, *w);
     if (auto* p = std::get_if<StacksPart>(&m)) return take_part(c, *p);
     drop(c, Ending::dropped, std::string("unexpected ") + message_name(m));
   }
 
-  void gather(const std::shared_ptr<Conn>& c, const StacksWanted& w) {
+  void gather(const std::shared_ptr<Connection>& c, const StacksWanted& w) {
     if (w.hang) {
       if (!opts.on_hang_stacks || hang_round == round.round()) return;  // one report a round
       hang_round = round.round();
     }
     if (gatherings.size() >= kMaxGatherings) {
-      if (!w.hang) send(c, encode(StacksEnd{w.id, "every node: " + std::to_string(kMaxGatherings) + " gatherings at once"}));
+      if (!w.hang) c->send(encode(StacksEnd{w.id, "every node: " + std::to_string(kMaxGatherings) + " gatherings at once"}));
       return;
     }
     const uint32_t id = next_gathering++;
     Gathering& g = gatherings[id];
-    g.asker = w.hang ? 0 : c->id;
+    g.asker = w.hang ? 0 : c->id();
     g.asker_id = w.id;
     for (const auto& [node, conn] : conns) {
       if (!conn->joined()) continue;
       g.waiting.emplace(node, round.name(node));
-      send(conn, encode(StacksAsk{id}));
+      conn->send(encode(StacksAsk{id}));
     }
     g.timer = std::make_shared<asio::steady_timer>(io, opts.stacks_timeout);
     g.timer->async_wait([self = shared_from_this(), id](const boost::system::error_code& ec) {
@@ -391,18 +319,18 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (g.waiting.empty()) finish_gathering(id);
   }
 
-  void take_part(const std::shared_ptr<Conn>& c, const StacksPart& p) {
+  void take_part(const std::shared_ptr<Connection>& c, const StacksPart& p) {
     auto it = gatherings.find(p.id);
-    if (it == gatherings.end() || !it->second.waiting.count(c->id)) return;  // late, or not asked: dropped
+    if (it == gatherings.end() || !it->second.waiting.count(c->id())) return;  // late, or not asked: dropped
     Gathering& g = it->second;
     if (g.asker == 0) {
       if (g.bytes + p.part.size() > kMaxHangBytes) return;  // stays waiting: named as missing
       g.bytes += p.part.size();
       g.parts.push_back(p.part);
     } else if (auto asker = conns.find(g.asker); asker != conns.end()) {
-      send(asker->second, encode(StacksPart{g.asker_id, p.part}));
+      asker->second->send(encode(StacksPart{g.asker_id, p.part}));
     }
-    g.waiting.erase(c->id);
+    g.waiting.erase(c->id());
     if (g.waiting.empty()) finish_gathering(p.id);
   }
 
@@ -418,7 +346,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (g.asker == 0) {
       opts.on_hang_stacks(std::move(g.parts), missing);
     } else if (auto asker = conns.find(g.asker); asker != conns.end()) {
-      send(asker->second, encode(StacksEnd{g.asker_id, missing}));
+      asker->second->send(encode(StacksEnd{g.asker_id, missing}));
     }
   }
 
@@ -455,13 +383,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     }
     for (auto& [id, msg] : a.send) {
       auto it = conns.find(id);
-      if (it != conns.end()) send(it->second, encode(msg));
+      if (it != conns.end()) it->second->send(encode(msg));
     }
     for (NodeId id : a.drop) {
       auto it = conns.find(id);
-      if (it == conns.end()) continue;
-      it->second->closing = true;
-      if (!it->second->writing) close(it->second);
+      if (it != conns.end()) it->second->close_after_sending();
     }
     if (a.finished) {
       finished = true;
@@ -489,21 +415,21 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         auto it = self->conns.find(id);
         if (it == self->conns.end()) {
           self->admission.leave(id);
-        } else if (it->second->closing) {
-          self->close(it->second);  // its refusal could not be written in all that time
+        } else if (it->second->closing()) {
+          it->second->close();  // its refusal could not be written in all that time
         } else {
           self->drop(it->second, Ending::timed_out, "no handshake within " + std::to_string(deadline_ms.count()) + " ms");
         }
       }
-      std::vector<std::pair<std::shared_ptr<Conn>, std::string>> doomed;
+      std::vector<std::pair<std::shared_ptr<Connection>, std::string>> doomed;
       for (auto& [id, c] : self->conns) {
-        if (c->closing) continue;
+        if (c->closing()) continue;
         if (auto quiet = self->silence(*c, now)) {
           doomed.emplace_back(c, *quiet);
         } else if (c->frames > self->opts.max_frames_per_interval) {
           doomed.emplace_back(c, "flooding: " + std::to_string(c->frames) + " frames in one heartbeat interval");
         } else if (c->joined() && now - c->last_sent >= self->opts.liveness.interval) {
-          self->send(c, encode(Heartbeat{}));
+          c->send(encode(Heartbeat{}));
         }
         c->frames = 0;
       }
@@ -521,7 +447,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
 
   /// Why a joined peer counts as lost for its silence, if it does.
-  std::optional<std::string> silence(const Conn& c, Clock::time_point now) const {
+  std::optional<std::string> silence(const Connection& c, Clock::time_point now) const {
     if (!c.joined() || now - c.last_heard <= opts.liveness.silence_limit()) return std::nullopt;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - c.last_heard).count();
     return "nothing heard for " + std::to_string(ms) + " ms (no heartbeat)";
@@ -543,7 +469,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       if (ec || self->stopped) return;
       const auto now = Clock::now();
       self->forgive_if_paused(at, now);
-      std::vector<std::pair<std::shared_ptr<Conn>, std::string>> doomed;
+      std::vector<std::pair<std::shared_ptr<Connection>, std::string>> doomed;
       for (auto& [id, c] : self->conns) {
         if (auto quiet = self->silence(*c, now)) doomed.emplace_back(c, *quiet);
       }
@@ -573,7 +499,7 @@ void Server::end_job(const std::string& reason) { impl_->apply(impl_->round.on_s
 void Server::announce(const HangVerdict& verdict) {
   const Bytes frame = encode(verdict);
   for (const auto& [node, conn] : impl_->conns) {
-    if (conn->joined()) impl_->send(conn, frame);
+    if (conn->joined()) conn->send(frame);
   }
 }
 void Server::when_finished(std::function<void()> done) {
