@@ -188,7 +188,7 @@ std::string man() {
          "128+N when dtlaunch itself was stopped by signal N; 2 for bad input, before anything starts; "
          "127 when the program does not exist.\n"
          ".SH SEE ALSO\n"
-         "\\fBtorchrun\\fR(1), \\fBaccelerate\\fR(1); dtlaunch's README.md (in \\fI/usr/share/doc/dtlaunch\\fR "
+         "\\fBtorchrun\\fR(1), \\fBaccelerate\\fR(1); dtlaunch's README.md and docs/ (in \\fI/usr/share/doc/dtlaunch\\fR "
          "when installed from the .deb)\n";
   return out;
 }

@@ -161,7 +161,7 @@ class CommandLine : public TypedValues {
     app_.set_version_flag("--version", "dtlaunch " DTL_VERSION);
     app_.footer("Every --flag_name is also accepted as --flag-name and as the variable PET_FLAG_NAME\n"
                 "(the flag wins over the variable, which wins over what srun or mpirun say, then the config file).\n"
-                "Documentation: README.md.\n"
+                "Documentation: README.md and docs/ (installed in share/doc/dtlaunch).\n"
                 "Also: dtlaunch config (write a config file by answering questions; --help for more),\n"
                 "dtlaunch env (versions, GPUs and settings, for a bug report).");
     const bool every_row = !args || std::any_of(args->begin(), args->end(), [](const std::string& a) {
@@ -334,7 +334,7 @@ class CommandLine : public TypedValues {
     app_.add_flag("--print_config,--print-config", print_config_,
                   "print the settings in effect and where each comes from, then exit")
         ->group("Config files");
-    app_.add_flag("--help_markdown", help_markdown_, "README's flag tables")->group("");  // hidden
+    app_.add_flag("--help_markdown", help_markdown_, "docs/cli.md's flag tables")->group("");  // hidden
   }
 
   void add_config_option() {

@@ -256,7 +256,7 @@ const std::vector<Flag> kFlags = {
      .apply = [](const S& t, O& o) { o.shutdown_timeout_s = seconds(t); }},
     {.id = Setting::hang_timeout, .name = "hang_timeout", .default_value = "600", .group = kWorkers,
      .help = "seconds in which no rank prints and some rank makes no progress before the job counts as hung: "
-             "every rank's stack, a table and the suspect rank are reported (README: Hangs). 0: no watch",
+             "every rank's stack, a table and the suspect rank are reported (docs/hangs.md). 0: no watch",
      .apply = [](const S& t, O& o) { o.hang_timeout_s = seconds(t); }},
     {.id = Setting::on_hang, .name = "on_hang", .default_value = "report", .group = kWorkers,
      .help = "what a hang does: `report` prints the report and keeps watching; `fail` also stops the workers "

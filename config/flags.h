@@ -1,7 +1,7 @@
 // dtlaunch's settings as one table: a row per setting, with its spellings, the variables that stand
 // in for it, its config-file keys, how its text parses into LaunchOptions, its default and its help.
 // The command line, the PET_* fallback, the config files, --print_config, the wizard, --help and
-// README's flag table all read this table; a new setting is one row.
+// docs/cli.md's flag table all read this table; a new setting is one row.
 #pragma once
 
 #include <set>
@@ -30,7 +30,7 @@ struct Flag {
   bool accelerate_as_is = false;  ///< accelerate's key holds the value as is (else config_file.cc maps it)
   Type type = Type::text;
   const char* default_value = "";  ///< the text a flag would give; "" is unset
-  const char* default_shown = "";  ///< what an unset default means, for --help and README, or ""
+  const char* default_shown = "";  ///< what an unset default means, for --help and docs/cli.md, or ""
   const char* group = "";          ///< the --help section
   const char* help = "";           ///< one line; `code` in backquotes
   std::vector<const char*> choices = {};  ///< the words the value may be (completion offers them)
@@ -66,7 +66,7 @@ std::vector<std::string> secret_variables();
 std::string refused_accelerate_flag(const std::string& flag);
 /// The --help sections, in order.
 std::vector<std::string> help_groups();
-/// README's flag tables, one per --help section (flag | default | meaning).
+/// docs/cli.md's flag tables, one per --help section (flag | default | meaning).
 std::string flags_markdown();
 
 /// Pure value parsers, for the table and their own tests; each throws std::invalid_argument with

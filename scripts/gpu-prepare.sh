@@ -33,4 +33,4 @@ rm -rf "$pyspy"
 kit_libs | xargs readlink -f | grep -v "^$PWD/$kit/lib/" && { echo "gpu-prepare.sh: dtlaunch still uses system libraries (above)" >&2; exit 1; }
 glibc=$(objdump -T "$kit/bin/dtlaunch" "$kit"/lib/*.so* 2>/dev/null | grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2 -n -u | tail -1)
 echo "gpu-prepare.sh: $kit is $(du -sh "$kit" | cut -f1), needs $glibc or newer on the device;"
-echo "  device run: scripts/gpu-check.sh with carry [\"$kit\"] (see README, 'GPU check')"
+echo "  device run: scripts/gpu-check.sh with carry [\"$kit\"] (CONTRIBUTING.md, "The GPU check")"

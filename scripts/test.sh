@@ -15,6 +15,7 @@ scripts/setup.sh
 scripts/parity/make_venv.sh ||
   echo "test.sh: no oracle venv: the tests against torchrun 2.x, accelerate, deepspeed and transformers show as skipped"
 scripts/check-format.sh
+python3 scripts/check_links.py   # every relative link and #anchor of the Markdown documentation resolves
 scripts/fuzz.sh 20 frame_decoder_fuzz
 scripts/fuzz.sh 20 store_decoder_fuzz
 scripts/fuzz.sh 20 config_file_fuzz

@@ -1,7 +1,7 @@
 // torch's c10d TCPStore wire protocol, apart from sockets: an incremental request decoder that
 // trusts nothing (every length checked before a byte of it is kept, memory growing only as bytes
 // arrive) and the replies' encoding. Both dialects: torch 1.13 (no handshake, SET is 0) and 2.x
-// (VALIDATE with a magic number first, every other op one higher). Verified against both; see README.
+// (VALIDATE with a magic number first, every other op one higher). Verified against both; see docs/store.md.
 #pragma once
 
 #include <cstddef>

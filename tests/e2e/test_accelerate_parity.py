@@ -4,7 +4,7 @@ Each golden table under tests/golden/accelerate/ was written by scripts/parity/a
 from what accelerate launch's own workers got. Here `dtlaunch launch` runs the same arguments and
 config file on the same worker (scripts/parity/dump_env.py), and every worker's variables must be the
 golden's: the same names, the same values, ignoring only ports, temporary paths and the working
-directory. Where dtlaunch differs on purpose, KNOWN says why (README.md, "accelerate launch: where
+directory. Where dtlaunch differs on purpose, KNOWN says why (docs/accelerate.md, "accelerate launch: where
 dtlaunch differs"). With accelerate's venv present ($DTL_ACCELERATE_VENV, else
 ~/.cache/dtlaunch/venv-accelerate), a second test runs accelerate itself and compares live."""
 import glob
@@ -33,7 +33,7 @@ TORCHRUN_CONTRACT = {"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME
                      "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
 # Variables where dtlaunch differs from torch 2.x's torchrun, which accelerate runs; each with its reason.
 KNOWN = {
-    # dtlaunch's rank 0 serves the workers' store itself (README, "What each worker gets").
+    # dtlaunch's rank 0 serves the workers' store itself (docs/workers.md).
     "TORCHELASTIC_USE_AGENT_STORE": ("True", "False"),
 }
 # torchrun 2.x variables that dtlaunch does not give yet. Should dtlaunch give one, its value must

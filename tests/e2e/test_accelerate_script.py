@@ -75,7 +75,7 @@ class AccelerateScript(LaunchTest):
         theirs, ours = self.run_both(self.config("cpu.yaml", "distributed_type: MULTI_CPU\nnum_processes: 2\n"
                                                              "mixed_precision: bf16\nuse_cpu: true\n"))
         # accelerate launch runs a MULTI_CPU script once and leaves the other processes to mpirun
-        # (README: "where dtlaunch differs"); dtlaunch starts both, and they train together.
+        # (docs/accelerate.md: "where dtlaunch differs"); dtlaunch starts both, and they train together.
         self.assertEqual([(r["num_processes"], r["distributed_type"]) for r in theirs], [(1, "DistributedType.NO")])
         self.assertEqual(ours, [{"num_processes": 2, "process_index": i, "mixed_precision": "bf16",
                                  "distributed_type": "DistributedType.MULTI_CPU", "gathered": [0, 1]} for i in (0, 1)])

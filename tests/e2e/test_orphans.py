@@ -90,7 +90,7 @@ class Orphans(LaunchTest):
                 run.wait_for(r"^\[default0\]:\[default\d\]:ready ", count=2)
                 paths = {line.split("0::", 1)[1] for line in run.out.decode().splitlines() if "0::" in line}
                 self.assertTrue(all(p.count("/dtlaunch-") == 2 for p in paths), paths)  # nested
-                # the inner guard, in the outer job's cgroup, dies with it: its folder stays (README)
+                # the inner guard, in the outer job's cgroup, dies with it: its folder stays (docs/limits.md)
                 self.kill_and_check(run, tmpdir, whole_group=True, folders_left=1)
                 outer = {p.rsplit("/dtlaunch-", 1)[0] for p in paths}
                 self.assertFalse([m + p for m in mounts for p in outer if os.path.exists(m + p)],

@@ -73,7 +73,7 @@ def finished(r):
     A script that never destroys its process group (torch's test_script_init_method.py,
     transformers' eval_ddp.py) can end so once its work is done: a gloo thread that a peer's leaving
     wakes during finalization unwinds through a noexcept frame. It happens under torchrun's own
-    workers (`python -u script.py`) as under dtlaunch's (README: Known limits); what each test checks
+    workers (`python -u script.py`) as under dtlaunch's (docs/limits.md); what each test checks
     beyond the exit (files touched, losses, results) still has to hold."""
     if r.returncode == 0:
         return True
@@ -268,7 +268,7 @@ class PyTorchLauncherCases(PeerTest):
             self.assertRefused(r)
             self.assertIn("RuntimeError: raising exception since --fail flag was set", r.stdout + r.stderr, shown(r))
         # (the exit codes agree here only because Python exits 1 on an exception: torchrun exits 1 on
-        # any worker failure, dtlaunch with the root cause's exit code, README: Failures)
+        # any worker failure, dtlaunch with the root cause's exit code, docs/workers.md: failures)
         self.each(results, check)
 
     def test_launch_standalone(self):
@@ -469,7 +469,7 @@ TEST_CONFIGS = {
 
 def dumps(stdout):
     """The workers' DUMP dicts, by rank, without MASTER_PORT: accelerate launch's is 29500 where the
-    file gives none, dtlaunch takes a free one (README: where dtlaunch differs)."""
+    file gives none, dtlaunch takes a free one (docs/accelerate.md: where dtlaunch differs)."""
     found = [json.loads(line.split("DUMP ", 1)[1]) for line in unprefixed(stdout) if line.startswith("DUMP ")]
     return sorted(found, key=lambda d: int(d.get("RANK", 0)))
 

@@ -1,15 +1,18 @@
 """The pip wheel (scripts/package.sh wheel) installed into a fresh venv, offline: `dtlaunch` is on the
-venv's PATH, needs nothing but glibc, runs a fake-GPU job, and `python -m dtlaunch` works too.
+venv's PATH, needs nothing but glibc, runs a fake-GPU job, and `python -m dtlaunch` works too; the
+wheel carries the licence, as the .deb does.
 Usage: test_wheel.py WHEEL"""
+import email.parser
 import glob
 import os
 import subprocess
 import sys
 import tempfile
 import unittest
+import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from installed import check_runs, elf_needs, project_version  # noqa: E402
+from installed import ROOT, check_runs, elf_needs, project_version  # noqa: E402
 
 WHEEL = sys.argv.pop(1) if len(sys.argv) > 1 else ""
 GLIBC = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"}
@@ -46,6 +49,24 @@ class WheelTest(unittest.TestCase):
         py = os.path.join(self.venv, "bin", "python")
         out = subprocess.run([py, "-m", "dtlaunch", "--version"], capture_output=True, text=True, timeout=30)
         self.assertEqual((out.returncode, out.stdout.strip()), (0, "dtlaunch " + project_version()), out.stderr)
+
+    def test_the_wheel_carries_the_licence_file_and_names_the_licence_in_its_metadata(self):
+        with open(os.path.join(ROOT, "LICENSE"), "rb") as f:
+            licence = f.read()
+        with zipfile.ZipFile(WHEEL) as wheel:
+            names = wheel.namelist()
+            dist_info = {n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")}
+            self.assertEqual(len(dist_info), 1, names)
+            dist_info = dist_info.pop()
+            files = [n for n in names if n.startswith(dist_info + "/") and os.path.basename(n) == "LICENSE"]
+            self.assertEqual(len(files), 1, names)  # .dist-info/licenses/LICENSE (scikit-build-core)
+            self.assertEqual(wheel.read(files[0]), licence)
+            metadata = email.parser.Parser().parsestr(wheel.read(dist_info + "/METADATA").decode())
+        self.assertEqual(metadata["License"], "Apache-2.0")
+        self.assertIn("License :: OSI Approved :: Apache Software License", metadata.get_all("Classifier"))
+        installed = glob.glob(os.path.join(self.venv, "lib", "python3*", "site-packages", "dtlaunch-*.dist-info",
+                                           "**", "LICENSE"), recursive=True)
+        self.assertEqual(len(installed), 1, installed)  # pip installs it with the package
 
     def test_the_man_page_and_completion_are_under_the_venv_share(self):
         for path in ["share/man/man1/dtlaunch.1", "share/bash-completion/completions/dtlaunch",
