@@ -45,8 +45,8 @@ struct ServerOptions {
         take;
     /// How many connections the other protocol keeps from anyone, in all and from one address (the
     /// store has no authentication). Connections not yet told apart may be as many: a job's workers
-    /// connect to the store all at once, and past the rendezvous's own caps (1024) they were shed
-    /// as peers that had not proven the token (2363 of 4000 store clients, before this).
+    /// connect to the store all at once, past the rendezvous's own caps for peers that have not
+    /// proven the token.
     size_t connections = 0;
     size_t per_address = 0;
   };
