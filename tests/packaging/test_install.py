@@ -33,9 +33,12 @@ class InstallTest(unittest.TestCase):
         return sorted(found)
 
     def test_each_file_is_in_its_conventional_place(self):
-        expected = ["bin/dtlaunch", "share/bash-completion/completions/dtlaunch", "share/doc/dtlaunch/BENCHMARKS.md",
-                    "share/doc/dtlaunch/LICENSE", "share/doc/dtlaunch/README.md", "share/doc/dtlaunch/copyright",
-                    "share/man/man1/dtlaunch.1", "share/zsh/vendor-completions/_dtlaunch"]
+        # the manual beside README, so that README's links into docs/ resolve where it is installed
+        manual = sorted("share/doc/dtlaunch/docs/" + f for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
+        expected = sorted(["bin/dtlaunch", "share/bash-completion/completions/dtlaunch", "share/doc/dtlaunch/BENCHMARKS.md",
+                           "share/doc/dtlaunch/CONTRIBUTING.md", "share/doc/dtlaunch/LICENSE",
+                           "share/doc/dtlaunch/README.md", "share/doc/dtlaunch/copyright", "share/man/man1/dtlaunch.1",
+                           "share/zsh/vendor-completions/_dtlaunch", *manual])
         got = [f for f in self.installed() if f != "bin/dtl-train"]  # the trainer, when the build has it
         self.assertEqual(got, expected)
 
