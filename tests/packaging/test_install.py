@@ -34,7 +34,9 @@ class InstallTest(unittest.TestCase):
 
     def test_each_file_is_in_its_conventional_place(self):
         # the manual beside README, so that README's links into docs/ resolve where it is installed
-        manual = sorted("share/doc/dtlaunch/docs/" + f for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
+        docs = os.path.join(ROOT, "docs")
+        manual = [os.path.join("share/doc/dtlaunch/docs", os.path.relpath(os.path.join(d, f), docs))
+                  for d, _, files in os.walk(docs) for f in files if f.endswith((".md", ".yaml"))]
         expected = sorted(["bin/dtlaunch", "share/bash-completion/completions/dtlaunch", "share/doc/dtlaunch/BENCHMARKS.md",
                            "share/doc/dtlaunch/CONTRIBUTING.md", "share/doc/dtlaunch/LICENSE",
                            "share/doc/dtlaunch/README.md", "share/doc/dtlaunch/copyright", "share/man/man1/dtlaunch.1",
