@@ -136,11 +136,11 @@ std::variant<std::vector<config::Host>, Error> job_hosts(const LaunchOptions& o,
   }
   auto listed = f.hostfile.empty() ? config::parse_host_list(f.hosts, o.source(Setting::hosts).where)
                                    : config::parse_hostfile(in.hostfile_text, f.hostfile);
-  if (auto* e = std::get_if<Error>(&listed)) return *e;
-  auto hosts = config::filter_hosts(std::get<std::vector<config::Host>>(std::move(listed)), f.include,
-                                    o.source(Setting::include).where, f.exclude, o.source(Setting::exclude).where);
-  if (auto* e = std::get_if<Error>(&hosts)) return *e;
-  auto& h = std::get<std::vector<config::Host>>(hosts);
+  if (!listed) return listed.error();
+  auto hosts = config::filter_hosts(std::move(*listed), f.include, o.source(Setting::include).where, f.exclude,
+                                    o.source(Setting::exclude).where);
+  if (!hosts) return hosts.error();
+  auto& h = *hosts;
   if (typed(o, Setting::nnodes)) {
     if (filtered(o)) return Error{o.source(Setting::nnodes).where + " cannot be combined with --include/--exclude (as in deepspeed)", 2};
     if (o.min_nodes > static_cast<int>(h.size())) {
@@ -162,7 +162,7 @@ std::variant<std::vector<config::Host>, Error> job_hosts(const LaunchOptions& o,
       }
     }
   }
-  return hosts;
+  return h;
 }
 
 }  // namespace

@@ -207,31 +207,31 @@ int main(int argc, char** argv) {
     if (auto code = commands::run_subcommand(args, env)) return *code;
   }
   auto parsed = config::parse_command_line(args, env);
-  if (parsed.error) {
-    std::cerr << error_line(*parsed.error);
-    return parsed.error->exit_code;
+  if (!parsed) {
+    std::cerr << error_line(parsed.error());
+    return parsed.error().exit_code;
   }
-  if (!parsed.options) {
-    for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
-    std::cout << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
+  if (!parsed->options) {
+    for (const auto& w : parsed->warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
+    std::cout << parsed->output << (parsed->output.ends_with('\n') ? "" : "\n");
     return 0;
   }
-  parsed.options->fanout.agent = control_fd >= 0;
+  parsed->options->fanout.agent = control_fd >= 0;
   if (control_fd >= 0) {
     for (const auto& name : launcher::host_setting_names()) unsetenv(name.c_str());  // read: not the workers'
   }
   // --launcher slurm: dtlaunch becomes srun, which starts every node's agent
-  if (auto code = launcher::start_through_launcher(args, *parsed.options, env)) return *code;
+  if (auto code = launcher::start_through_launcher(args, *parsed->options, env)) return *code;
   // A pre-emption warning before the workers exist has no one to tell (launcher/group_signals.h).
   for (int sig : {SIGUSR1, SIGUSR2}) signal(sig, SIG_IGN);
-  if (parsed.options->fanout.wanted()) {
-    for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
-    return fan_out(*parsed.options, args, env);
+  if (parsed->options->fanout.wanted()) {
+    for (const auto& w : parsed->warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
+    return fan_out(*parsed->options, args, env);
   }
   // The guard is forked while dtlaunch is still one thread: the process it becomes allocates.
   std::unique_ptr<launcher::OrphanGuard> guard;
   try {
-    guard = std::make_unique<launcher::OrphanGuard>(parsed.options->job_cgroup);
+    guard = std::make_unique<launcher::OrphanGuard>(parsed->options->job_cgroup);
   } catch (const std::exception& e) {
     std::cerr << error_line(Error{e.what(), 1});
     return 1;
@@ -240,18 +240,18 @@ int main(int argc, char** argv) {
   // so a console that stops reading cannot stall the event loop (signals, exits, the rendezvous).
   launcher::Console console;
   setup_logging(console.sink());
-  for (const auto& w : parsed.warnings) spdlog::warn("{}", w);
+  for (const auto& w : parsed->warnings) spdlog::warn("{}", w);
   // Orphans of workers come to dtlaunch, which stops them; the guard covers a SIGKILLed dtlaunch.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   // A console that went away (`dtlaunch ... | head`) must not kill the job: its output is dropped.
   signal(SIGPIPE, SIG_IGN);
   try {
-    auto prepared = prepare(*parsed.options, env);
+    auto prepared = prepare(*parsed->options, env);
     if (auto* err = std::get_if<Error>(&prepared)) {
       console.write(2, error_line(*err));
       return err->exit_code;
     }
-    const auto& o = *parsed.options;
+    const auto& o = *parsed->options;
     return run(std::get<Prepared>(prepared), o.node_name.empty() ? posix::host_name() : o.node_name, control_fd,
                console, *guard);
   } catch (const std::exception& e) {

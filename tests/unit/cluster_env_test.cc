@@ -36,9 +36,9 @@ ParseResult parse(std::vector<std::string> args, const Vars& env) {
 
 LaunchOptions ok(std::vector<std::string> args, const Vars& env) {
   auto r = parse(std::move(args), env);
-  INFO((r.error ? r.error->message : ""));
-  REQUIRE(r.options);
-  return *r.options;
+  INFO((r ? "" : r.error().message));
+  REQUIRE(r.value().options);
+  return *r->options;
 }
 
 }  // namespace
@@ -80,9 +80,9 @@ TEST_CASE("a salloc or sbatch shell outside a step detects nothing") {
 TEST_CASE("more than one srun task per node is refused with the fix, when the ranks come from srun") {
   const Vars two = srun_step({{"SLURM_STEP_NUM_TASKS", "6"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x3)"}});
   auto r = parse({"train.py"}, two);
-  REQUIRE(r.error);
-  CHECK(r.error->exit_code == 2);
-  CHECK(r.error->message ==
+  REQUIRE_FALSE(r);
+  CHECK(r.error().exit_code == 2);
+  CHECK(r.error().message ==
         "srun started 6 tasks on 3 nodes (SLURM_STEP_NUM_TASKS, SLURM_STEP_NUM_NODES), and dtlaunch wants one per "
         "node, as it starts the node's workers itself: use `srun --ntasks-per-node=1 --ntasks=3 dtlaunch ...` "
         "(--ntasks too: srun takes the allocation's task count over --ntasks-per-node)");
@@ -123,29 +123,30 @@ TEST_CASE("flags and variables win over what srun says, which wins over the conf
   CHECK(given.max_nodes == 3);
   auto filed = parse_command_line({"--config_file=c.yaml", "train.py"}, env_of(srun_step()),
                                   dtl::test::files_of({{"c.yaml", "nnodes: 5\nmax_restarts: 2\n"}}));
-  REQUIRE(filed.options);
-  CHECK(filed.options->max_nodes == 3);
-  CHECK(filed.options->max_restarts == 2);
+  REQUIRE(filed.value().options);
+  CHECK(filed->options->max_nodes == 3);
+  CHECK(filed->options->max_restarts == 2);
 }
 
 TEST_CASE("print_config names the variable each detected value came from") {
   auto r = parse({"--print_config"}, srun_step());
-  for (size_t at; (at = r.output.find("   ")) != std::string::npos;) r.output.erase(at, 1);  // the alignment
-  INFO(r.output);
-  CHECK(r.output.find("nnodes: 3  # SLURM_STEP_NUM_NODES\n") != std::string::npos);
-  CHECK(r.output.find("node_rank: 1  # SLURM_NODEID\n") != std::string::npos);
-  CHECK(r.output.find("master_addr: gpu02  # SLURM_STEP_NODELIST (its first host)\n") != std::string::npos);
-  CHECK(r.output.find("master_port: 12345  # SLURM_JOB_ID (10000 + SLURM_JOB_ID % 10000)\n") != std::string::npos);
-  CHECK(r.output.find("rdzv_id: 12345.0  # SLURM_JOB_ID.SLURM_STEP_ID\n") != std::string::npos);
+  REQUIRE(r);
+  for (size_t at; (at = r->output.find("   ")) != std::string::npos;) r->output.erase(at, 1);  // the alignment
+  INFO(r->output);
+  CHECK(r->output.find("nnodes: 3  # SLURM_STEP_NUM_NODES\n") != std::string::npos);
+  CHECK(r->output.find("node_rank: 1  # SLURM_NODEID\n") != std::string::npos);
+  CHECK(r->output.find("master_addr: gpu02  # SLURM_STEP_NODELIST (its first host)\n") != std::string::npos);
+  CHECK(r->output.find("master_port: 12345  # SLURM_JOB_ID (10000 + SLURM_JOB_ID % 10000)\n") != std::string::npos);
+  CHECK(r->output.find("rdzv_id: 12345.0  # SLURM_JOB_ID.SLURM_STEP_ID\n") != std::string::npos);
 }
 
 TEST_CASE("errors name the scheduler's variable") {
   auto r = parse({"train.py"}, srun_step({{"SLURM_NODEID", "7"}}));
-  REQUIRE(r.error);
-  CHECK(r.error->message == "SLURM_NODEID: expected a node rank in 0..2 (got '7')");
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message == "SLURM_NODEID: expected a node rank in 0..2 (got '7')");
   auto bad = parse({"train.py"}, srun_step({{"SLURM_STEP_NODELIST", "n[3-1]"}}));
-  REQUIRE(bad.error);
-  CHECK(bad.error->message ==
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message ==
         "SLURM_STEP_NODELIST=n[3-1]: hostlist item 'n[3-1]': range '3-1' goes down (give --master_addr)");
   CHECK(ok({"--master_addr=h", "train.py"}, srun_step({{"SLURM_STEP_NODELIST", "n[3-1]"}})).master_addr == "h");
 }
@@ -229,8 +230,8 @@ TEST_CASE("launcher ssh is the --hostfile/--hosts fan-out, and slurm refuses hos
 TEST_CASE("an srun step whose SLURM_JOB_ID is no number is refused unless the port and id are given") {
   // it gave every node port 29500 and run id none, without a word
   auto r = parse({"t.py"}, srun_step({{"SLURM_JOB_ID", "abc"}}));
-  REQUIRE(r.error);
-  CHECK(r.error->message == "SLURM_JOB_ID=abc is not a job number (give --master_port and --rdzv_id)");
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message == "SLURM_JOB_ID=abc is not a job number (give --master_port and --rdzv_id)");
   auto o = ok({"--master_port=29511", "--rdzv_id=j", "t.py"}, srun_step({{"SLURM_JOB_ID", "abc"}}));
   CHECK(o.master_port == 29511);
 }

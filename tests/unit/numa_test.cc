@@ -161,14 +161,14 @@ std::variant<LaunchPlan, Error> plan_with(const FakeSysfs& sys, std::vector<std:
     return std::nullopt;
   };
   auto parsed = config::parse_command_line(args, env);
-  if (parsed.error) return *parsed.error;
+  if (!parsed) return parsed.error();
   GpuInventory gpus{{}, source};
   for (int i = 0; i < 4; ++i) gpus.gpus.push_back(Gpu{i, "GPU-" + std::to_string(i), "x", source == "nvml" ? kGpus[i] : ""});
   HostFacts host{gpus, 32, env, [](const std::string&, int port) -> rendezvous::PortResult { return port; }};
   host.read_sysfs = sys.reader();
   host.own_cpus = all_cpus;
   host.exists = [](const std::string&) { return true; };
-  return make_plan(*parsed.options, host);
+  return make_plan(*parsed->options, host);
 }
 
 }  // namespace

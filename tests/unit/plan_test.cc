@@ -25,14 +25,14 @@ struct Fixture {
   /// The plan, or why the settings or the plan refuse the launch.
   std::variant<LaunchPlan, Error> plan(std::vector<std::string> args) {
     auto parsed = config::parse_command_line(args, lookup());
-    if (parsed.error) return *parsed.error;
-    REQUIRE(parsed.options);
+    if (!parsed) return parsed.error();
+    REQUIRE(parsed.value().options);
     HostFacts host{gpus, 6, lookup(), [this](const std::string& addr, int port) -> rendezvous::PortResult {
                      reserved.emplace_back(addr, port);
                      if (port == 1) return std::string("port 1 is taken");
                      return port == 0 ? 41000 : port;
                    }};
-    return make_plan(*parsed.options, host);
+    return make_plan(*parsed->options, host);
   }
   LaunchPlan ok(std::vector<std::string> args) {
     auto p = plan(std::move(args));
@@ -173,11 +173,11 @@ TEST_CASE("the --local-rank argument goes right after the script, spelled as the
   f.env["PYTHON_EXEC"] = "/bin/sh";  // an interpreter find_program finds; its torch is faked below
   auto plan_with = [&](std::optional<std::string> version, std::vector<std::string> args) {
     auto parsed = config::parse_command_line(args, f.lookup());
-    REQUIRE(parsed.options);
+    REQUIRE(parsed.value().options);
     HostFacts host{f.gpus, 6, f.lookup(), [](const std::string&, int) -> rendezvous::PortResult { return 41000; }};
     host.exists = [](const std::string&) { return true; };
     host.torch_version = [version](const std::string&) { return version; };
-    return std::get<LaunchPlan>(make_plan(*parsed.options, host)).argv;
+    return std::get<LaunchPlan>(make_plan(*parsed->options, host)).argv;
   };
   using V = std::vector<std::string>;
   CHECK(plan_with("2.15.0", {"torch.distributed.launch", "t.py", "--x"}) == V{"/bin/sh", "-u", "t.py", "--local-rank=${local_rank}", "--x"});
@@ -241,7 +241,7 @@ TEST_CASE("the plan finds programs and scripts through the host's facts, not the
   auto options = config::parse_command_line({"--no_python", "trainer", "x"}, [](const std::string&) {
     return std::optional<std::string>();
   });
-  REQUIRE(options.options);
+  REQUIRE(options.value().options);
   std::vector<std::string> looked_up;
   HostFacts host{GpuInventory{{}, "none"}, 2, [](const std::string& k) -> std::optional<std::string> {
                    return k == "PATH" ? std::optional<std::string>("/opt/bin") : std::nullopt;
@@ -252,7 +252,7 @@ TEST_CASE("the plan finds programs and scripts through the host's facts, not the
     return name == "trainer" ? std::optional<std::string>("/opt/bin/trainer") : std::nullopt;
   };
   host.exists = [](const std::string& path) { return path == "train.py"; };
-  auto plan = make_plan(*options.options, host);
+  auto plan = make_plan(*options->options, host);
   REQUIRE(std::holds_alternative<LaunchPlan>(plan));
   CHECK(std::get<LaunchPlan>(plan).exec_path == "/opt/bin/trainer");
   CHECK(looked_up == std::vector<std::string>{"trainer in /opt/bin"});
@@ -261,10 +261,10 @@ TEST_CASE("the plan finds programs and scripts through the host's facts, not the
   host.find_program = [](const std::string& name, const std::string&) -> std::optional<std::string> {
     return "/fake/" + name;
   };
-  CHECK(std::get<LaunchPlan>(make_plan(*script.options, host)).argv ==
+  CHECK(std::get<LaunchPlan>(make_plan(*script.value().options, host)).argv ==
         std::vector<std::string>{"python3", "-u", "train.py"});
   auto missing = config::parse_command_line({"nothere.py"}, [](const std::string&) { return std::optional<std::string>(); });
-  auto refused = make_plan(*missing.options, host);
+  auto refused = make_plan(*missing.value().options, host);
   REQUIRE(std::holds_alternative<Error>(refused));
   CHECK(std::get<Error>(refused).exit_code == 127);
 }

@@ -24,9 +24,9 @@ config::LaunchOptions parsed(std::vector<std::string> args, Vars vars = {}, cons
   if (!yaml.empty()) args.insert(args.begin(), {"--config_file", "cfg.yaml"});
   args.push_back("train.py");
   auto r = config::parse_command_line(args, env, files);
-  INFO(r.output);
-  REQUIRE(r.options);
-  return *r.options;
+  INFO((r ? r->output : r.error().message));
+  REQUIRE(r.value().options);
+  return *r->options;
 }
 
 /// A machine that answers without looking: every address is local, every port free.
