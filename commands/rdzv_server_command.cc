@@ -112,9 +112,9 @@ int run_rdzv_server(const std::vector<std::string>& args, const EnvLookup& env) 
   }
   const ServerFlags& flags = *request->flags;
   auto made = launcher::rdzv_options(flags.settings, flags.host, flags.port);
-  if (auto* err = std::get_if<Error>(&made)) return report(*err);
-  for (const auto& w : std::get<launcher::RdzvOptions>(made).warnings) spdlog::warn("{}", w);
-  return serve(std::get<launcher::RdzvOptions>(made).server);
+  if (!made) return report(made.error());
+  for (const auto& w : made->warnings) spdlog::warn("{}", w);
+  return serve(made->server);
 }
 
 }  // namespace dtl::commands

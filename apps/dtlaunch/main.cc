@@ -50,7 +50,7 @@ struct Prepared {
 };
 
 /// Looks at the machine and plans; a refusal is an Error, printed by the caller.
-std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, const EnvLookup& env) {
+Result<Prepared> prepare(const config::LaunchOptions& options, const EnvLookup& env) {
   launcher::HostFacts host{
       options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
       posix::cpu_count(), env, [&](const std::string& addr, int port) {
@@ -59,8 +59,8 @@ std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, cons
   // For tests only: a fake NUMA topology (a directory holding sys/...) in place of the machine's /sys.
   if (auto root = env("DTL_TEST_SYSFS_ROOT")) host.read_sysfs = launcher::sysfs_under(*root);
   auto planned = launcher::make_plan(options, host);
-  if (auto* err = std::get_if<Error>(&planned)) return *err;
-  Prepared p{std::get<launcher::LaunchPlan>(std::move(planned)), std::nullopt};
+  if (!planned) return tl::unexpected(planned.error());
+  Prepared p{std::move(*planned), std::nullopt};
   for (const auto& notice : p.plan.notices) {
     if (notice.rfind("warning: ", 0) == 0) {
       spdlog::warn("{}", notice.substr(9));
@@ -70,9 +70,9 @@ std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, cons
   }
   if (launcher::is_multi_node(options)) {
     auto made = launcher::make_agent_options(options, p.plan, launcher::this_host());
-    if (auto* err = std::get_if<Error>(&made)) return *err;
-    for (const auto& w : std::get<launcher::AgentSetup>(made).warnings) spdlog::warn("{}", w);
-    p.agent = std::get<launcher::AgentSetup>(made).options;
+    if (!made) return tl::unexpected(made.error());
+    for (const auto& w : made->warnings) spdlog::warn("{}", w);
+    p.agent = made->options;
   }
   return p;
 }
@@ -144,21 +144,13 @@ int run(const Prepared& p, const std::string& node_name, int control_fd, launche
 
 /// `dtlaunch --hostfile ...`: every host's agent over ssh, from here.
 int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args, const EnvLookup& env) {
-  auto inputs = launcher::read_fanout_inputs(o, args, env);
-  if (auto* err = std::get_if<Error>(&inputs)) {
-    std::cerr << error_line(*err);
-    return err->exit_code;
+  auto planned = launcher::read_fanout_inputs(o, args, env).and_then(
+      [&](const launcher::FanoutInputs& inputs) { return launcher::plan_fanout(o, inputs); });
+  if (auto ready = planned.and_then(launcher::check_fanout_limits); !ready) {
+    std::cerr << error_line(ready.error());
+    return ready.error().exit_code;
   }
-  auto planned = launcher::plan_fanout(o, std::get<launcher::FanoutInputs>(inputs));
-  if (auto* err = std::get_if<Error>(&planned)) {
-    std::cerr << error_line(*err);
-    return err->exit_code;
-  }
-  const auto& plan = std::get<launcher::FanoutPlan>(planned);
-  if (auto err = launcher::check_fanout_limits(plan)) {
-    std::cerr << error_line(*err);
-    return err->exit_code;
-  }
+  const launcher::FanoutPlan& plan = *planned;
   launcher::Console console;
   setup_logging(console.sink());
   signal(SIGPIPE, SIG_IGN);
@@ -247,12 +239,12 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   try {
     auto prepared = prepare(*parsed->options, env);
-    if (auto* err = std::get_if<Error>(&prepared)) {
-      console.write(2, error_line(*err));
-      return err->exit_code;
+    if (!prepared) {
+      console.write(2, error_line(prepared.error()));
+      return prepared.error().exit_code;
     }
     const auto& o = *parsed->options;
-    return run(std::get<Prepared>(prepared), o.node_name.empty() ? posix::host_name() : o.node_name, control_fd,
+    return run(*prepared, o.node_name.empty() ? posix::host_name() : o.node_name, control_fd,
                console, *guard);
   } catch (const std::exception& e) {
     console.write(2, error_line(Error{e.what(), 1}));

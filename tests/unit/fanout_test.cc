@@ -54,14 +54,15 @@ launcher::FanoutInputs inputs(std::string hostfile = "a slots=2\nb slots=2\n") {
 
 launcher::FanoutPlan plan(const config::LaunchOptions& o, const launcher::FanoutInputs& in) {
   auto r = launcher::plan_fanout(o, in);
-  if (auto* e = std::get_if<Error>(&r)) FAIL(e->message);
-  return std::get<launcher::FanoutPlan>(std::move(r));
+  if (!r) FAIL(r.error().message);
+  return std::move(*r);
 }
 
 std::string plan_error(const config::LaunchOptions& o, const launcher::FanoutInputs& in) {
   auto r = launcher::plan_fanout(o, in);
-  REQUIRE(std::holds_alternative<Error>(r));
-  return std::get<Error>(r).message;
+  REQUIRE_FALSE(r);
+  CHECK(r.error().exit_code == 2);
+  return r.error().message;
 }
 
 std::map<std::string, std::string> vars_of(const launcher::NodeStart& n) {
