@@ -4,7 +4,6 @@
 // subcommands print it.
 #pragma once
 
-#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -35,15 +34,5 @@ inline tl::unexpected<Error> fail(std::string message, int exit_code = 2) {
 inline std::string error_line(const Error& e, const std::string& who = "dtlaunch") {
   return who + ": error: " + e.message + "\n";
 }
-
-/// An Error thrown through code that cannot return one (deep in a parser, a constructor).
-class ErrorException : public std::runtime_error {
- public:
-  explicit ErrorException(Error e) : std::runtime_error(e.message), error_(std::move(e)) {}
-  const Error& error() const { return error_; }
-
- private:
-  Error error_;
-};
 
 }  // namespace dtl

@@ -105,7 +105,7 @@ void hold_stop_signals() {
 /// Runs the workers (the supervisor, or this node's agent) and keeps or removes the log folder.
 int run(const Prepared& p, const std::string& node_name, int control_fd, launcher::Console& console,
         launcher::OrphanGuard& guard) {
-  const auto fail = [&](const Error& e) {
+  const auto report = [&](const Error& e) {
     console.write(2, error_line(e));
     return e.exit_code;
   };
@@ -115,7 +115,7 @@ int run(const Prepared& p, const std::string& node_name, int control_fd, launche
     run_logs.emplace(plan.log_dir, plan.group.run_id, !plan.writes_log_files(), plan.log_dir_called);
   } catch (const std::system_error& e) {
     // A --log_dir that cannot be made is bad input (exit 2, nothing started); a full /tmp is not.
-    return fail(Error{e.what(), plan.log_dir.empty() ? 1 : 2});
+    return report(Error{e.what(), plan.log_dir.empty() ? 1 : 2});
   }
   launcher::RunLogDir& logs = *run_logs;
   // Should dtlaunch be SIGKILLed, the guard removes what only this run could have used.
@@ -128,12 +128,8 @@ int run(const Prepared& p, const std::string& node_name, int control_fd, launche
   }
   auto runner = p.agent ? launcher::make_elastic_agent(io, console, plan, logs, guard, *p.agent)
                         : launcher::make_supervisor(io, console, plan, logs, guard, node_name);
-  int code = 0;
-  try {
-    code = runner->run();
-  } catch (const ErrorException& e) {  // refused before anything started (a taken rendezvous port)
-    code = fail(e.error());
-  }
+  auto ran = runner->run();  // an Error: refused before anything started (a port taken since the plan)
+  const int code = ran ? *ran : report(ran.error());
   hold_stop_signals();
   const bool keep = !plan.log_dir.empty() || runner->wrote_log_files();
   if (keep && logs.temporary()) spdlog::info("per-rank logs are in {}", logs.path().string());
