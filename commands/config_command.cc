@@ -33,57 +33,59 @@ struct ConfigArgs {
   std::optional<std::string> fake_gpus;
 };
 
-/// A one-line usage error, or the arguments.
-std::variant<ConfigArgs, std::string> parse_args(const std::vector<std::string>& args) {
+/// The arguments, or a one-line usage error ("config: ...", exit code 2).
+Result<ConfigArgs> parse_args(const std::vector<std::string>& args) {
   ConfigArgs out;
   bool positional_seen = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    // "--name VALUE" or "--name=VALUE", with `_` or `-`: "" when taken, else why not ("no": another option).
+    // "--name VALUE" or "--name=VALUE", with `_` or `-`: whether `a` is that option, its value taken.
     auto value_of = [&](const std::string& underscored, const std::string& dashed,
-                        std::optional<std::string>& into) -> std::string {
+                        std::optional<std::string>& into) -> Result<bool> {
       for (const std::string& name : {underscored, dashed}) {
         if (a == name) {
-          if (i + 1 >= args.size()) return a + " needs a value";
+          if (i + 1 >= args.size()) return fail("config: " + a + " needs a value");
           into = args[++i];
-          return "";
+          return true;
         }
         if (a.size() > name.size() && a.compare(0, name.size(), name) == 0 && a[name.size()] == '=') {
           into = a.substr(name.size() + 1);
-          return "";
+          return true;
         }
       }
-      return "no";
+      return false;
     };
-    std::string why = value_of("--config_file", "--config-file", out.file);
-    if (why.empty()) continue;
-    if (why != "no") return why;
-    why = value_of("--fake_gpus", "--fake-gpus", out.fake_gpus);
-    if (why.empty()) continue;
-    if (why != "no") return why;
+    auto file = value_of("--config_file", "--config-file", out.file);
+    if (!file) return tl::unexpected(file.error());
+    if (*file) continue;
+    auto fake_gpus = value_of("--fake_gpus", "--fake-gpus", out.fake_gpus);
+    if (!fake_gpus) return tl::unexpected(fake_gpus.error());
+    if (*fake_gpus) continue;
     if (a == "--force") {
       out.force = true;
     } else if (a == "-h" || a == "--help") {
       out.action = "help";
       return out;
     } else if (a.size() > 1 && a[0] == '-') {
-      return "unknown option " + printable(a) + " (see dtlaunch config --help)";
+      return fail("config: unknown option " + printable(a) + " (see dtlaunch config --help)");
     } else if (!positional_seen && (a == "default" || a == "show" || a == "validate")) {
       out.action = a;
       positional_seen = true;
     } else if (out.action == "validate" && !out.file) {
       out.file = a;
     } else {
-      return "unexpected argument '" + printable(a) + "' (see dtlaunch config --help)";
+      return fail("config: unexpected argument '" + printable(a) + "' (see dtlaunch config --help)");
     }
   }
   return out;
 }
 
-int fail(const std::string& message, int code = 2) {
+/// Prints the error line and gives the exit code.
+int report(const std::string& message, int code = 2) {
   std::cerr << error_line(Error{message, code});
   return code;
 }
+int report(const Error& e) { return report(e.message, e.exit_code); }
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -91,7 +93,7 @@ bool exists(const std::string& path) {
 }
 
 /// --fake_gpus, else its variables, as a launch reads them (the flag table's row).
-std::variant<config::MachineFacts, std::string> machine_facts(const ConfigArgs& a, const EnvLookup& env) {
+Result<config::MachineFacts> machine_facts(const ConfigArgs& a, const EnvLookup& env) {
   const config::Flag& row = config::flag(config::Setting::fake_gpus);
   std::optional<std::string> fake = a.fake_gpus;
   std::string from = "--fake_gpus";
@@ -105,7 +107,7 @@ std::variant<config::MachineFacts, std::string> machine_facts(const ConfigArgs& 
   try {
     if (fake) row.apply(*fake, parsed);
   } catch (const std::invalid_argument& e) {
-    return from + ": " + e.what() + " (got '" + printable(*fake) + "')";
+    return fail(from + ": " + e.what() + " (got '" + printable(*fake) + "')");
   }
   const std::optional<int> count = parsed.fake_gpus;
   auto inventory = launcher::discover_gpus(count);
@@ -120,17 +122,20 @@ std::string target_path(const ConfigArgs& a, const EnvLookup& env) {
 }
 
 /// The written text parses back to the answered settings; anything else is dtlaunch's bug.
-std::string check_loads_back(const std::string& path, const std::string& text) {
+Status check_loads_back(const std::string& path, const std::string& text) {
   auto r = config::parse_command_line({"--config_file", path, "--print_config"},
                                       [](const std::string&) { return std::optional<std::string>(); },
                                       [&](const std::string&) { return config::FileRead{config::FileRead::Status::ok, text}; });
-  return r.error ? r.error->message : "";
+  if (!r) return tl::unexpected(r.error());
+  return {};
 }
 
 int write_config(const std::string& path, const std::string& text, std::ostream& out) {
-  if (auto why = check_loads_back(path, text); !why.empty()) return fail("config: the file would not load back: " + why, 1);
+  if (auto back = check_loads_back(path, text); !back) {
+    return report("config: the file would not load back: " + back.error().message, 1);
+  }
   if (auto why = config::write_file_atomically(path, text); !why.empty()) {
-    return fail("config: cannot write " + printable(path) + ": " + why, 1);
+    return report("config: cannot write " + printable(path) + ": " + why, 1);
   }
   out << "\nWrote " << path << ":\n\n" << text << "\n`dtlaunch --print_config` shows the settings in effect.\n";
   return 0;
@@ -138,7 +143,7 @@ int write_config(const std::string& path, const std::string& text, std::ostream&
 
 int run_wizard_command(const ConfigArgs& a, const EnvLookup& env, const std::string& path) {
   auto facts = machine_facts(a, env);
-  if (auto* why = std::get_if<std::string>(&facts)) return fail(*why);
+  if (!facts) return report(facts.error());
   std::optional<config::WizardAnswers> answers;
   int aborted = 0;
   {
@@ -153,7 +158,7 @@ int run_wizard_command(const ConfigArgs& a, const EnvLookup& env, const std::str
       }
     }
     if (!aborted) {
-      auto result = config::run_wizard(term, std::get<config::MachineFacts>(facts));
+      auto result = config::run_wizard(term, *facts);
       answers = result.answers;
       aborted = result.exit_code;
     }
@@ -163,16 +168,18 @@ int run_wizard_command(const ConfigArgs& a, const EnvLookup& env, const std::str
       std::cerr << "dtlaunch: config: interrupted; nothing written\n";
       return 130;
     }
-    return fail("config: the input ended before every question was answered; nothing written", 1);
+    return report("config: the input ended before every question was answered; nothing written", 1);
   }
   return write_config(path, config::render_config(*answers, "dtlaunch config"), std::cout);
 }
 
 int run_default(const ConfigArgs& a, const EnvLookup& env, const std::string& path) {
-  if (exists(path) && !a.force) return fail("config default: " + printable(path) + " already exists (--force overwrites it)");
+  if (exists(path) && !a.force) {
+    return report("config default: " + printable(path) + " already exists (--force overwrites it)");
+  }
   auto facts = machine_facts(a, env);
-  if (auto* why = std::get_if<std::string>(&facts)) return fail(*why);
-  auto answers = config::default_answers(std::get<config::MachineFacts>(facts));
+  if (!facts) return report(facts.error());
+  auto answers = config::default_answers(*facts);
   return write_config(path, config::render_config(answers, "dtlaunch config default"), std::cout);
 }
 
@@ -190,24 +197,24 @@ int run_show(const ConfigArgs& a, const EnvLookup& env) {
     return 1;
   }
   if (read.status != config::FileRead::Status::ok) {
-    return fail("config show: cannot read '" + printable(where->path) + "': " + read.text, 1);
+    return report("config show: cannot read '" + printable(where->path) + "': " + read.text, 1);
   }
   std::cout << "# " << where->path << "\n" << read.text << (read.text.ends_with('\n') || read.text.empty() ? "" : "\n");
   return 0;
 }
 
 int run_validate(const ConfigArgs& a) {
-  if (!a.file || a.file->empty()) return fail("config validate: which file? (usage: dtlaunch config validate FILE)");
+  if (!a.file || a.file->empty()) return report("config validate: which file? (usage: dtlaunch config validate FILE)");
   // Read here first, so that a missing file is named as the user gave it (not as --config_file).
   if (auto read = config::disk_files()(*a.file); read.status != config::FileRead::Status::ok) {
-    return fail("config validate: cannot read '" + printable(*a.file) + "': " + read.text);
+    return report("config validate: cannot read '" + printable(*a.file) + "': " + read.text);
   }
   // The file alone: no flags and no variables take part.
   auto r = config::parse_command_line({"--config_file", *a.file, "--print_config"},
                                       [](const std::string&) { return std::optional<std::string>(); });
-  for (const auto& w : r.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
-  if (r.error) return fail(r.error->message, r.error->exit_code);
-  std::cout << "# " << *a.file << " is valid; alone (no flags, no variables), it gives:\n" << r.output;
+  if (!r) return report(r.error());
+  for (const auto& w : r->warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
+  std::cout << "# " << *a.file << " is valid; alone (no flags, no variables), it gives:\n" << r->output;
   return 0;
 }
 
@@ -215,8 +222,8 @@ int run_validate(const ConfigArgs& a) {
 
 int run_config(const std::vector<std::string>& args, const EnvLookup& env) {
   auto parsed = parse_args(args);
-  if (auto* why = std::get_if<std::string>(&parsed)) return fail("config: " + *why);
-  const auto& a = std::get<ConfigArgs>(parsed);
+  if (!parsed) return report(parsed.error());
+  const ConfigArgs& a = *parsed;
   if (a.action == "help") {
     std::cout << kUsage;
     return 0;
@@ -224,7 +231,9 @@ int run_config(const std::vector<std::string>& args, const EnvLookup& env) {
   if (a.action == "show") return run_show(a, env);
   if (a.action == "validate") return run_validate(a);
   const std::string path = target_path(a, env);
-  if (path.empty()) return fail("config: where should the file go? Set HOME or XDG_CONFIG_HOME, or pass --config_file FILE");
+  if (path.empty()) {
+    return report("config: where should the file go? Set HOME or XDG_CONFIG_HOME, or pass --config_file FILE");
+  }
   if (a.action == "default") return run_default(a, env, path);
   return run_wizard_command(a, env, path);
 }

@@ -103,9 +103,9 @@ int run_env(const std::vector<std::string>& args, const EnvLookup& env) {
 
   std::optional<int> fake;
   bool cpu_job = false;
-  if (settings.shown) {
-    fake = settings.shown->fake_gpus;
-    cpu_job = settings.shown->use_cpu;
+  if (settings && settings->shown) {
+    fake = settings->shown->fake_gpus;
+    cpu_job = settings->shown->use_cpu;
   }
   auto inventory = launcher::discover_gpus(fake);
   auto details = inventory.source == "nvml" ? launcher::query_gpu_details() : std::nullopt;
@@ -136,12 +136,12 @@ int run_env(const std::vector<std::string>& args, const EnvLookup& env) {
     }
   }
 
-  if (settings.error) {
-    out << "- Settings: error: " << settings.error->message << "\n";
+  if (!settings) {
+    out << "- Settings: error: " << settings.error().message << "\n";
   } else {
-    out << "- Settings in effect:\n\n```yaml\n" << settings.output << "```\n";
+    out << "- Settings in effect:\n\n```yaml\n" << settings->output << "```\n";
+    for (const auto& w : settings->warnings) out << "- Warning: " << w << "\n";
   }
-  for (const auto& w : settings.warnings) out << "- Warning: " << w << "\n";
   std::cout << out.str();
   return 0;
 }

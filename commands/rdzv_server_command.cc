@@ -21,17 +21,23 @@ namespace {
 constexpr const char* kCommand = "dtlaunch rdzv-server";
 
 /// Prints `e` the one way errors are printed, and gives its exit code.
-int fail(const Error& e) {
+int report(const Error& e) {
   std::cerr << error_line(e, kCommand);
   return e.exit_code;
 }
 
-/// What the command line asks for: where to listen, and the job's settings as an agent has them
-/// (each with where it came from), so that the agent's function makes the server's options.
+/// Where to listen, and the job's settings as an agent has them (each with where it came from), so
+/// that the agent's function makes the server's options.
 struct ServerFlags {
   std::string host;
   int port = 29400;
   config::LaunchOptions settings;
+};
+
+/// What the command line asks for: a server with `flags`, or else only `help`, printed with exit code 0.
+struct ServerRequest {
+  std::optional<ServerFlags> flags;
+  std::string help;
 };
 
 /// The settings an agent shares with the rendezvous, read as the agents read them: the same
@@ -41,27 +47,24 @@ const std::vector<config::Setting> kShared = {
     config::Setting::run_id,     config::Setting::max_restarts, config::Setting::rdzv_conf,
     config::Setting::rdzv_token, config::Setting::rdzv_token_file};
 
-/// The flags, or the exit code when there is nothing to serve (help, or bad arguments: said on stderr).
-std::variant<ServerFlags, int> parse_flags(const std::vector<std::string>& args, const EnvLookup& env,
-                                           const config::ReadFile& files) {
+/// The request, or bad arguments; the settings' warnings are said on stderr here.
+Result<ServerRequest> parse_flags(const std::vector<std::string>& args, const EnvLookup& env,
+                                  const config::ReadFile& files) {
   std::vector<config::CommandOption> own = {{"--host", "address to listen on (default: every interface)", {}},
                                             {"--port", "port to listen on (default 29400)", {}}};
   auto parsed = config::parse_command_settings(kCommand,
                                                "run the rendezvous for a multi-node job on its own", kShared,
                                                {{config::Setting::rdzv_backend, "c10d"}}, own, args, env, files);
-  for (const auto& w : parsed.warnings) std::cerr << kCommand << ": warning: " << w << "\n";
-  if (parsed.error) return fail(*parsed.error);
-  if (!parsed.options) {
-    std::cout << parsed.output;
-    return 0;
-  }
-  ServerFlags f{own[0].value.value_or(""), 29400, std::move(*parsed.options)};
+  if (!parsed) return tl::unexpected(parsed.error());
+  for (const auto& w : parsed->warnings) std::cerr << kCommand << ": warning: " << w << "\n";
+  if (!parsed->options) return ServerRequest{std::nullopt, parsed->output};
+  ServerFlags f{own[0].value.value_or(""), 29400, std::move(*parsed->options)};
   if (const auto& port = own[1].value) {
     const bool digits = !port->empty() && port->size() <= 5 && port->find_first_not_of("0123456789") == std::string::npos;
     f.port = digits ? std::stoi(*port) : 0;
-    if (f.port < 1 || f.port > 65535) return fail(Error{"--port: expected a port in 1..65535 (got '" + *port + "')"});
+    if (f.port < 1 || f.port > 65535) return fail("--port: expected a port in 1..65535 (got '" + *port + "')");
   }
-  return f;
+  return ServerRequest{std::move(f), ""};
 }
 
 /// Serves until the job is over, or a signal ends it; returns the job's exit code.
@@ -94,20 +97,24 @@ int serve(rendezvous::ServerOptions opts) {
     io.run();
     return code ? code : server.exit_code();
   } catch (const std::exception& e) {
-    return fail(Error{e.what()});
+    return report(Error{e.what()});
   }
 }
 
 }  // namespace
 
 int run_rdzv_server(const std::vector<std::string>& args, const EnvLookup& env) {
-  auto parsed = parse_flags(args, env, config::disk_files());
-  if (auto* code = std::get_if<int>(&parsed)) return *code;
-  const auto& flags = std::get<ServerFlags>(parsed);
+  auto request = parse_flags(args, env, config::disk_files());
+  if (!request) return report(request.error());
+  if (!request->flags) {
+    std::cout << request->help;
+    return 0;
+  }
+  const ServerFlags& flags = *request->flags;
   auto made = launcher::rdzv_options(flags.settings, flags.host, flags.port);
-  if (auto* err = std::get_if<Error>(&made)) return fail(*err);
-  for (const auto& w : std::get<launcher::RdzvOptions>(made).warnings) spdlog::warn("{}", w);
-  return serve(std::get<launcher::RdzvOptions>(made).server);
+  if (!made) return report(made.error());
+  for (const auto& w : made->warnings) spdlog::warn("{}", w);
+  return serve(made->server);
 }
 
 }  // namespace dtl::commands

@@ -10,10 +10,10 @@
 namespace dtl::config {
 namespace {
 
-/// "--nproc_per_node=4 and --num_processes=6 disagree (...); give one of them".
-Error disagree(const Resolved& a, const Resolved& b, const std::string& why = "") {
-  return Error{a.source.where + "=" + printable(a.text) + " and " + b.source.where + "=" + printable(b.text) + " disagree" +
-               (why.empty() ? "" : " (" + why + ")") + "; give one of them"};
+/// The failed Result "--nproc_per_node=4 and --num_processes=6 disagree (...); give one of them".
+tl::unexpected<Error> disagree(const Resolved& a, const Resolved& b, const std::string& why = "") {
+  return fail(a.source.where + "=" + printable(a.text) + " and " + b.source.where + "=" + printable(b.text) + " disagree" +
+              (why.empty() ? "" : " (" + why + ")") + "; give one of them");
 }
 
 }  // namespace
@@ -21,7 +21,7 @@ Error disagree(const Resolved& a, const Resolved& b, const std::string& why = ""
 /// accelerate launch's spellings of shared settings, with accelerate's meaning: --num_processes is the
 /// total over --num_machines, and machines not on one network (no --same_network) meet at
 /// --main_process_ip:--main_process_port. Both spellings of one setting on the command line must agree.
-std::optional<Error> accelerate_spellings(const TypedValues& cl, std::vector<Resolved>& settings) {
+Status accelerate_spellings(const TypedValues& cl, std::vector<Resolved>& settings) {
   for (size_t i = 0; i < settings.size(); ++i) {
     auto acc = cl.accelerate_spelling(i);
     if (!acc || static_cast<Setting>(i) == Setting::nproc_per_node) continue;
@@ -33,15 +33,15 @@ std::optional<Error> accelerate_spellings(const TypedValues& cl, std::vector<Res
   }
   const Resolved& nnodes = row(settings, Setting::nnodes);
   long machines = std::strtol(nnodes.text.substr(nnodes.text.rfind(':') + 1).c_str(), nullptr, 10);
-  if (machines < 1) return std::nullopt;  // the nnodes row reports it
+  if (machines < 1) return {};  // the nnodes row reports it
   const std::string machines_where = nnodes.source.kind == Source::Kind::default_ ? "--num_machines" : nnodes.source.where;
   if (auto total = cl.accelerate_spelling(static_cast<size_t>(Setting::nproc_per_node))) {
     const long n = text::to_long(total->text).value_or(0);
     if (n < 1) return value_error(*total, "expected an integer >= 1");
     const std::string over = machines_where + "=" + std::to_string(machines);
     if (n % machines != 0) {
-      return Error{total->source.where + ": expected a total divisible by " + over +
-                   " (num_processes counts the processes of all machines) (got '" + printable(total->text) + "')"};
+      return fail(total->source.where + ": expected a total divisible by " + over +
+                  " (num_processes counts the processes of all machines) (got '" + printable(total->text) + "')");
     }
     const std::string per_node = std::to_string(n / machines);
     const std::string why = total->source.where + " is the total over " + over + ": " + per_node + " per machine";
@@ -62,7 +62,7 @@ std::optional<Error> accelerate_spellings(const TypedValues& cl, std::vector<Res
     endpoint.source.note = "main_process_ip:main_process_port, no --same_network";
     row(settings, Setting::rdzv_endpoint) = endpoint;
   }
-  return std::nullopt;
+  return {};
 }
 
 /// Whether a setting counts as one of accelerate launch's flags: given as a flag, a PET_* variable or
@@ -77,7 +77,7 @@ bool as_flag(const Resolved& s, const LaunchOptions& o) {
 }
 
 /// accelerate's rules between its own settings.
-std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& settings, LaunchOptions& o) {
+Status check_accelerate_rules(const std::vector<Resolved>& settings, LaunchOptions& o) {
   const Resolved* kind = nullptr;
   const auto from_file = [&](const Resolved& s) { return s.source.kind == Source::Kind::file && o.accelerate.file; };
   for (Setting id : {Setting::use_cpu, Setting::multi_gpu, Setting::use_fsdp, Setting::use_deepspeed}) {
@@ -89,8 +89,8 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
     // --cpu over a file's distributed_type is a CPU run, as accelerate runs it (`use_deepspeed and not cpu`)
     if (kind && kind->flag->id == Setting::use_cpu && from_file(s)) continue;
     if (kind) {
-      return Error{kind->source.where + " and " + s.source.where + " choose two kinds of run; accelerate takes one of "
-                   "--cpu, --multi_gpu, --use_deepspeed, --use_fsdp at a time"};
+      return fail(kind->source.where + " and " + s.source.where + " choose two kinds of run; accelerate takes one of "
+                  "--cpu, --multi_gpu, --use_deepspeed, --use_fsdp at a time");
     }
     kind = &s;
   }
@@ -108,19 +108,19 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
   };
   if (o.accelerate.values.count("use_fsdp") && value("use_fsdp", "0") == "1" &&
       value("fsdp_cpu_ram_efficient_loading", "true") == "true" && value("fsdp_sync_module_states", "true") != "true") {
-    return Error{o.source(Setting::fsdp_cpu_ram_efficient_loading).where + ": fsdp_cpu_ram_efficient_loading needs "
-                 "fsdp_sync_module_states (" + o.source(Setting::fsdp_sync_module_states).where + ") to be true, as accelerate says"};
+    return fail(o.source(Setting::fsdp_cpu_ram_efficient_loading).where + ": fsdp_cpu_ram_efficient_loading needs "
+                "fsdp_sync_module_states (" + o.source(Setting::fsdp_sync_module_states).where + ") to be true, as accelerate says");
   }
   // DeepSpeed on several machines through deepspeed's runner (any launcher but `standard`, which is
   // torchrun): its launch.py starts the workers on every machine, with CROSS_RANK, CROSS_SIZE,
   // LOCAL_SIZE and CUDA_VISIBLE_DEVICES narrowed to the machine's slots. accelerate passes
   // --no_local_rank to all but `nossh`, where launch.py adds --local_rank=N to the script's arguments.
   const std::string launcher = value("deepspeed_multinode_launcher", "pdsh");
-  if (value("use_deepspeed", "0") != "1" || o.max_nodes <= 1 || launcher == "standard") return std::nullopt;
+  if (value("use_deepspeed", "0") != "1" || o.max_nodes <= 1 || launcher == "standard") return {};
   o.deepspeed_variables = true;
   if (launcher == "nossh") {  // `deepspeed --no_ssh --node_rank R` on each machine: one dtlaunch per machine
     o.local_rank_arg = LaunchOptions::LocalRankArg::underscore;
-    return std::nullopt;
+    return {};
   }
   // pdsh, openmpi, ...: `deepspeed --hostfile` on this machine starts every host: dtlaunch's ssh fan-out.
   if (o.fanout.hostfile.empty() && o.fanout.hosts.empty()) {
@@ -135,7 +135,7 @@ std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& setting
     take(Setting::deepspeed_exclusion_filter, Setting::exclude, o.fanout.exclude, "");
     o.fanout.deepspeed_runner = true;
   }
-  return std::nullopt;
+  return {};
 }
 
 /// accelerate launch's defaults where torchrun's differ: after `launch`, one worker per GPU when no

@@ -22,11 +22,11 @@ class TypedValues {
 };
 
 /// Takes accelerate's spellings into `settings`; both spellings of one setting must agree.
-std::optional<Error> accelerate_spellings(const TypedValues& line, std::vector<Resolved>& settings);
+Status accelerate_spellings(const TypedValues& line, std::vector<Resolved>& settings);
 
 /// accelerate's rules between its own settings; a multi-machine DeepSpeed run through DeepSpeed's own
 /// launchers becomes the ssh fan-out over deepspeed_hostfile (o.fanout).
-std::optional<Error> check_accelerate_rules(const std::vector<Resolved>& settings, LaunchOptions& o);
+Status check_accelerate_rules(const std::vector<Resolved>& settings, LaunchOptions& o);
 
 /// accelerate launch's defaults where torchrun's differ (after `launch`, or with accelerate's file).
 void accelerate_defaults(bool launch, bool accelerate_file, std::vector<Resolved>& settings);

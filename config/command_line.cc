@@ -18,15 +18,9 @@
 namespace dtl::config {
 namespace {
 
-ParseResult failed(Error e) {
-  ParseResult r;
-  r.error = std::move(e);
-  return r;
-}
-
 /// Help, version or the settings: what to print before exiting with 0.
-ParseResult answered(std::string output) {
-  ParseResult r;
+Parsed answered(std::string output) {
+  Parsed r;
   r.output = std::move(output);
   return r;
 }
@@ -116,7 +110,7 @@ std::vector<std::string> abbreviated(const std::string& prefix, const std::vecto
 /// torchrun (and torch.distributed.launch and deepspeed, argparse too) takes them: `--nproc_per=2`
 /// is `--nproc_per_node=2`. A prefix resolves among torchrun's options first, then among dtlaunch's
 /// others; one that matches several options of a kind is refused, as argparse refuses it.
-std::variant<std::vector<std::string>, Error> expand_abbreviations(const std::vector<std::string>& args) {
+Result<std::vector<std::string>> expand_abbreviations(const std::vector<std::string>& args) {
   const Spellings& known = spellings();
   std::vector<std::string> out = args;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -130,8 +124,8 @@ std::variant<std::vector<std::string>, Error> expand_abbreviations(const std::ve
       for (const auto* names : {&torchrun_options(), &known.long_names}) {
         const auto candidates = abbreviated(name, *names);
         if (candidates.size() > 1) {
-          return Error{"ambiguous option: " + printable(name) + " could match " + text::join(candidates, ", ") +
-                       " (see dtlaunch --help)"};
+          return fail("ambiguous option: " + printable(name) + " could match " + text::join(candidates, ", ") +
+                      " (see dtlaunch --help)");
         }
         if (candidates.size() == 1) {
           a = candidates.front() + (eq == std::string::npos ? "" : a.substr(eq));
@@ -224,7 +218,7 @@ class CommandLine : public TypedValues {
     } catch (const CLI::CallForVersion& e) {
       return answered(e.what());
     } catch (const CLI::ParseError& e) {
-      return failed(Error{printable(e.what()) + " (see " + command_ + " --help)"});
+      return fail(printable(e.what()) + " (see " + command_ + " --help)");
     }
     if (help_markdown_) return answered(flags_markdown());
     return std::nullopt;
@@ -414,9 +408,9 @@ Resolved resolve(size_t i, const CommandLine& cl, const EnvLookup& env, const Cl
 
 /// The rules that involve two settings, checked here, after every row has parsed, whatever the
 /// source of each value; and the one thing a setting implies for another (use_cpu drops gpu_ids).
-std::optional<Error> check_rules(const std::vector<Resolved>& settings, LaunchOptions& o) {
+Status check_rules(const std::vector<Resolved>& settings, LaunchOptions& o) {
   if (o.use_cpu) o.gpu_ids.reset();  // a CPU job uses no GPU (accelerate's CPU files say gpu_ids: all)
-  if (auto error = check_accelerate_rules(settings, o)) return error;
+  if (auto checked = check_accelerate_rules(settings, o); !checked) return checked;
   const auto setting = [&](Setting id) -> const Resolved& { return settings[static_cast<size_t>(id)]; };
   if (o.node_rank >= o.max_nodes) {
     return value_error(setting(Setting::node_rank), "expected a node rank in 0.." + std::to_string(o.max_nodes - 1));
@@ -444,14 +438,14 @@ std::optional<Error> check_rules(const std::vector<Resolved>& settings, LaunchOp
     }
     std::vector<std::string> items;
     for (int id : *o.gpu_ids) items.push_back(std::to_string(id));
-    return Error{o.named(Setting::nproc_per_node, std::to_string(o.nproc_per_node.count)) + " is more than the " + listed +
-                 " GPUs listed in " + o.named(Setting::gpu_ids, text::join(items))};
+    return fail(o.named(Setting::nproc_per_node, std::to_string(o.nproc_per_node.count)) + " is more than the " + listed +
+                " GPUs listed in " + o.named(Setting::gpu_ids, text::join(items)));
   }
-  return std::nullopt;
+  return {};
 }
 
 /// Parses every setting into `o`, in the table's order, and records where each came from.
-std::optional<Error> parse_settings(const std::vector<Resolved>& settings, LaunchOptions& o) {
+Status parse_settings(const std::vector<Resolved>& settings, LaunchOptions& o) {
   for (const auto& s : settings) {
     try {
       s.flag->apply(s.text, o);
@@ -534,20 +528,20 @@ void convention_defaults(Convention c, std::vector<Resolved>& settings) {
 
 /// What the convention adds once every setting is parsed: the `--local-rank=N` argument and
 /// deepspeed's variables.
-std::optional<Error> take_convention(Convention c, LaunchOptions& o) {
+Status take_convention(Convention c, LaunchOptions& o) {
   if (c == Convention::distributed_launch && !o.use_env) {
     if (o.no_python) {  // torch.distributed.launch's own rule: a program cannot be made to parse it
-      return Error{o.source(Setting::no_python).where + ": torch.distributed.launch passes --local-rank=N to the program, so "
-                   "--no_python needs --use_env (as torch.distributed.launch says)"};
+      return fail(o.source(Setting::no_python).where + ": torch.distributed.launch passes --local-rank=N to the program, so "
+                  "--no_python needs --use_env (as torch.distributed.launch says)");
     }
     o.local_rank_arg = LaunchOptions::LocalRankArg::torch_version;
   }
-  if (c != Convention::deepspeed) return std::nullopt;
+  if (c != Convention::deepspeed) return {};
   if (!o.no_local_rank) o.local_rank_arg = LaunchOptions::LocalRankArg::underscore;
   o.deepspeed_variables = true;
   o.fanout.deepspeed_runner = true;
   if (o.source(Setting::nproc_per_node).kind == Source::Kind::default_) o.nproc_per_node = {NprocSpec::Kind::gpu_or_one, 1};
-  return std::nullopt;
+  return {};
 }
 
 /// Every setting, resolved and parsed into `options`, with the config file in effect, by the
@@ -561,8 +555,7 @@ struct Gathered {
 };
 
 /// --rdzv_conf read as torch reads it for the backend in use; the keys it ignores are named.
-std::optional<Error> take_rdzv_conf(const std::vector<Resolved>& settings, LaunchOptions& o,
-                                    std::vector<std::string>& warnings) {
+Status take_rdzv_conf(const std::vector<Resolved>& settings, LaunchOptions& o, std::vector<std::string>& warnings) {
   const Resolved& conf = row(settings, Setting::rdzv_conf);
   std::vector<std::string> ignored;
   try {
@@ -571,39 +564,39 @@ std::optional<Error> take_rdzv_conf(const std::vector<Resolved>& settings, Launc
     return value_error(conf, e.what());
   }
   for (const auto& key : ignored) warnings.push_back(conf.source.where + ": ignoring " + key);
-  return std::nullopt;
+  return {};
 }
 
 /// A detected value that the scheduler's other variables forbid (two srun tasks on one node), when in use.
-std::optional<Error> refused_detection(const ClusterDetection& detected, std::vector<Resolved>& settings) {
+Status refused_detection(const ClusterDetection& detected, std::vector<Resolved>& settings) {
   for (const auto& [id, value] : detected.values) {
-    if (value.refusal && row(settings, id).source.kind == Source::Kind::detected) return Error{*value.refusal};
+    if (value.refusal && row(settings, id).source.kind == Source::Kind::detected) return fail(*value.refusal);
   }
-  return std::nullopt;
+  return {};
 }
 
 /// `detect`: take what the scheduler that started dtlaunch says (a launch; not another command).
-std::variant<Gathered, Error> gather(const CommandLine& cl, const EnvLookup& env, const ReadFile& files,
-                                     Convention convention, bool detect) {
+Result<Gathered> gather(const CommandLine& cl, const EnvLookup& env, const ReadFile& files, Convention convention,
+                        bool detect) {
   const bool launch = convention == Convention::accelerate;
   Gathered g;
   g.location = locate_config(cl.config_file(), env);
   auto loaded = load_config(g.location, files);
-  if (auto* error = std::get_if<Error>(&loaded)) return *error;
-  g.file = std::get<std::optional<ConfigFile>>(loaded);
+  if (!loaded) return tl::unexpected(loaded.error());
+  g.file = std::move(*loaded);
   if (g.file) g.warnings = g.file->warnings;
   const ConfigFile* in_effect = g.file ? &*g.file : nullptr;
   const ClusterDetection detected = detect ? detect_cluster(env) : ClusterDetection{};
   for (size_t i = 0; i < flags().size(); ++i) g.settings.push_back(resolve(i, cl, env, detected, in_effect));
-  if (auto error = refused_detection(detected, g.settings)) return *error;
-  if (auto error = accelerate_spellings(cl, g.settings)) return *error;
+  if (auto refused = refused_detection(detected, g.settings); !refused) return tl::unexpected(refused.error());
+  if (auto taken = accelerate_spellings(cl, g.settings); !taken) return tl::unexpected(taken.error());
   accelerate_defaults(launch, g.file && g.file->format == ConfigFile::Format::accelerate, g.settings);
   convention_defaults(convention, g.settings);
   g.options.accelerate.file = g.file && g.file->format == ConfigFile::Format::accelerate;
-  if (auto error = parse_settings(g.settings, g.options)) return *error;
-  if (auto error = take_rdzv_conf(g.settings, g.options, g.warnings)) return *error;
+  if (auto parsed = parse_settings(g.settings, g.options); !parsed) return tl::unexpected(parsed.error());
+  if (auto conf = take_rdzv_conf(g.settings, g.options, g.warnings); !conf) return tl::unexpected(conf.error());
   take_accelerate_facts(launch, in_effect, g.settings, g.options);
-  if (auto error = take_convention(convention, g.options)) return *error;
+  if (auto taken = take_convention(convention, g.options); !taken) return tl::unexpected(taken.error());
   if (g.file) g.options.config_file = g.file->path;
   return g;
 }
@@ -621,31 +614,31 @@ ParseResult parse_command_line(const std::vector<std::string>& all_args, const E
   std::vector<std::string> args(all_args.begin() + (word ? 1 : 0), all_args.end());
   if (convention != Convention::accelerate) {  // accelerate launch's argparse takes no abbreviation
     auto expanded = expand_abbreviations(args);
-    if (auto* error = std::get_if<Error>(&expanded)) return failed(*error);
-    args = std::move(std::get<std::vector<std::string>>(expanded));
+    if (!expanded) return tl::unexpected(expanded.error());
+    args = std::move(*expanded);
   }
   CommandLine cl(&args);
   if (auto answered = cl.parse(args)) return *answered;
   auto gathered = gather(cl, env, files, convention, true);
-  if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
-  auto& [o, settings, location, file, warnings] = std::get<Gathered>(gathered);
+  if (!gathered) return tl::unexpected(gathered.error());
+  auto& [o, settings, location, file, warnings] = *gathered;
   const ConfigFile* in_effect = file ? &*file : nullptr;
   std::vector<EffectiveSetting> env_settings;
   if (file) env_settings = add_file_env(*file, env, o);
   auto rest = cl.rest();
   if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
-    if (auto why = refused_accelerate_flag(rest.front()); !why.empty()) return failed(Error{why});
-    return failed(Error{"unknown option " + printable(rest.front()) + " (see dtlaunch --help)"});
+    if (auto why = refused_accelerate_flag(rest.front()); !why.empty()) return fail(why);
+    return fail("unknown option " + printable(rest.front()) + " (see dtlaunch --help)");
   }
-  ParseResult result;
+  Parsed result;
   result.warnings = warnings;
   if (cl.print_config()) {
     result.output = print_config(settings, env_settings, in_effect, location, o);
     result.shown = std::move(o);
     return result;
   }
-  if (rest.empty()) return failed(Error{"no program to launch (usage: dtlaunch [options] program [args...])"});
-  if (auto error = check_pod_variables(env, o)) return failed(*error);
+  if (rest.empty()) return fail("no program to launch (usage: dtlaunch [options] program [args...])");
+  if (auto checked = check_pod_variables(env, o); !checked) return tl::unexpected(checked.error());
   o.program = rest.front();
   o.program_args.assign(rest.begin() + 1, rest.end());
   result.options = std::move(o);
@@ -660,9 +653,9 @@ ParseResult parse_command_settings(const std::string& command, const std::string
   if (auto answered = cl.parse(args)) return *answered;
   cl.own_values(own);
   auto gathered = gather(cl, env, files, Convention::torchrun, false);
-  if (auto* error = std::get_if<Error>(&gathered)) return failed(*error);
-  auto& g = std::get<Gathered>(gathered);
-  ParseResult result;
+  if (!gathered) return tl::unexpected(gathered.error());
+  auto& g = *gathered;
+  Parsed result;
   result.warnings = g.warnings;
   result.options = std::move(g.options);
   return result;

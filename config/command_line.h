@@ -20,13 +20,15 @@ namespace dtl::config {
 using dtl::EnvLookup;
 using dtl::process_env;
 
-struct ParseResult {
+/// A command line that parsed: a launch, or text to print before exiting with 0.
+struct Parsed {
   std::optional<LaunchOptions> options;  ///< set when a launch should happen
-  std::optional<Error> error;            ///< bad input (exit code 2), one line
   std::string output;                    ///< otherwise: help, version or the settings, for stdout (exit 0)
   std::vector<std::string> warnings;     ///< one line each, for stderr, without "warning: "
   std::optional<LaunchOptions> shown;    ///< with --print_config: the settings printed
 };
+/// What parse_command_line answers: Parsed, or bad input (exit code 2, one line).
+using ParseResult = Result<Parsed>;
 
 /// One option of dtlaunch's command line as --help shows it, for the man page and completion.
 struct OptionDoc {

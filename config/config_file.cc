@@ -480,7 +480,7 @@ class DocumentStarts : public YAML::EventHandler {
 /// document consumes nothing (PR #1319, then commit f25f110); this does the same from outside,
 /// through the library's public event parser, reading at most three documents and failing at the
 /// first that starts where the one before it started. Throws YAML::ParserException as the parse does.
-std::optional<Error> check_documents(const std::string& text, const Reader& r) {
+Status check_documents(const std::string& text, const Reader& r) {
   std::istringstream in(text);
   YAML::Parser parser(in);
   DocumentStarts docs;
@@ -489,15 +489,15 @@ std::optional<Error> check_documents(const std::string& text, const Reader& r) {
     if (s.size() >= 2 && s[s.size() - 1].pos == s[s.size() - 2].pos) {
       const YAML::Mark& m = s.back();
       const std::string token = m.pos >= 0 && static_cast<size_t>(m.pos) < text.size() ? text.substr(m.pos, 1) : "";
-      return Error{r.at(m) + ": YAML syntax error: unexpected '" + printable(token) + "'"};
+      return fail(r.at(m) + ": YAML syntax error: unexpected '" + printable(token) + "'");
     }
   }
   // PyYAML (accelerate) refuses a second document; YAML::Load would ignore it without a word.
   if (docs.starts.size() > 1) {
     const YAML::Mark& m = docs.nodes.size() > 1 ? docs.nodes[1] : docs.starts[1];
-    return Error{r.at(m) + ": expected one YAML document, got a second one (after '---')"};
+    return fail(r.at(m) + ": expected one YAML document, got a second one (after '---')");
   }
-  return std::nullopt;
+  return {};
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -537,21 +537,21 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   return best;
 }
 
-ConfigResult parse_config(const std::string& text, const std::string& path) {
+Result<ConfigFile> parse_config(const std::string& text, const std::string& path) {
   Reader r(path);
   ConfigFile out;
   out.path = path;
   if (text.size() > kMaxConfigFileBytes) {
-    return Error{r.path() + ": " + std::to_string(text.size()) + " bytes, more than a config file may have (" +
-                 std::to_string(kMaxConfigFileBytes) + ")"};
+    return fail(r.path() + ": " + std::to_string(text.size()) + " bytes, more than a config file may have (" +
+                std::to_string(kMaxConfigFileBytes) + ")");
   }
   try {
     YAML::Node root;
     try {
-      if (auto error = check_documents(text, r)) return *error;
+      if (auto checked = check_documents(text, r); !checked) return tl::unexpected(checked.error());
       root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
-      return Error{r.at(e.mark) + ": YAML syntax error: " + printable(e.msg)};
+      return fail(r.at(e.mark) + ": YAML syntax error: " + printable(e.msg));
     }
     if (root.IsNull()) return out;  // an empty file, or comments only
     auto entries = r.entries(root);
@@ -565,9 +565,9 @@ ConfigResult parse_config(const std::string& text, const std::string& path) {
       read_dtlaunch(r, entries, out);
     }
   } catch (const Bad& bad) {
-    return Error{bad.message};
+    return fail(bad.message);
   } catch (const YAML::Exception& e) {
-    return Error{r.at(e.mark) + ": " + e.msg};
+    return fail(r.at(e.mark) + ": " + e.msg);
   }
   return out;
 }
@@ -594,18 +594,17 @@ std::optional<ConfigLocation> locate_config(const std::optional<std::string>& fl
   return ConfigLocation{path, "default"};
 }
 
-std::variant<std::optional<ConfigFile>, Error> load_config(const std::optional<ConfigLocation>& where,
-                                                           const ReadFile& files) {
-  if (!where) return std::optional<ConfigFile>();
+Result<std::optional<ConfigFile>> load_config(const std::optional<ConfigLocation>& where, const ReadFile& files) {
+  if (!where) return std::nullopt;
   FileRead read = files(where->path);
-  if (read.status == FileRead::Status::missing && where->chosen_by == "default") return std::optional<ConfigFile>();
+  if (read.status == FileRead::Status::missing && where->chosen_by == "default") return std::nullopt;
   if (read.status != FileRead::Status::ok) {
     std::string who = where->chosen_by == "default" ? printable(where->path) : where->chosen_by;
-    return Error{who + ": cannot read '" + printable(where->path) + "': " + read.text};
+    return fail(who + ": cannot read '" + printable(where->path) + "': " + read.text);
   }
-  auto parsed = parse_config(read.text, where->path);
-  if (auto* error = std::get_if<Error>(&parsed)) return *error;
-  return std::optional<ConfigFile>(std::move(std::get<ConfigFile>(parsed)));
+  return parse_config(read.text, where->path).map([](ConfigFile file) {
+    return std::optional<ConfigFile>(std::move(file));
+  });
 }
 
 std::string yaml_scalar(const std::string& s) {

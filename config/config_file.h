@@ -7,7 +7,6 @@
 #include <optional>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "config/command_line.h"
@@ -38,16 +37,14 @@ struct ConfigFile {
   bool use_cpu = false;                       ///< the use_cpu key itself (MULTI_CPU alone does not set it)
 };
 
-/// A parsed file, or one error "cfg.yaml:3:5: key: expected ..., got ...".
-using ConfigResult = std::variant<ConfigFile, Error>;
-
 /// The note of fp8_config's override_linear_precision given as a string, which accelerate reads
 /// character by character.
 inline constexpr const char* kOverrideCharacters = "a string: accelerate takes its first three characters";
 
 /// Files with `distributed_type` or `compute_environment` are accelerate's; the others dtlaunch's,
-/// whose keys are the rows of the flag table (config/flags.h) and `env`.
-ConfigResult parse_config(const std::string& text, const std::string& path);
+/// whose keys are the rows of the flag table (config/flags.h) and `env`. An error is one line:
+/// "cfg.yaml:3:5: key: expected ..., got ...".
+Result<ConfigFile> parse_config(const std::string& text, const std::string& path);
 
 /// Which file is in effect, and what chose it ("--config_file", "DTLAUNCH_CONFIG_FILE", "default").
 struct ConfigLocation {
@@ -63,8 +60,7 @@ std::optional<ConfigLocation> locate_config(const std::optional<std::string>& fl
 
 /// Reads and parses the file; a default file that does not exist is no file (std::nullopt), a named
 /// one is an error.
-std::variant<std::optional<ConfigFile>, Error> load_config(const std::optional<ConfigLocation>& where,
-                                                           const ReadFile& files);
+Result<std::optional<ConfigFile>> load_config(const std::optional<ConfigLocation>& where, const ReadFile& files);
 
 /// The candidate nearest to `word` by edit distance (`-` and `_` alike), or "" when none is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);

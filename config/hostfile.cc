@@ -26,17 +26,17 @@ std::optional<int> count(const std::string& text) {
 }
 
 /// Adds `h`; a second entry for one host is an error (`where` names the entry).
-std::optional<Error> add(std::vector<Host>& hosts, Host h, const std::string& where) {
+Status add(std::vector<Host>& hosts, Host h, const std::string& where) {
   for (const auto& other : hosts) {
-    if (other.name == h.name) return Error{where + ": host " + printable(h.name) + " is listed twice", 2};
+    if (other.name == h.name) return fail(where + ": host " + printable(h.name) + " is listed twice");
   }
   hosts.push_back(std::move(h));
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace
 
-std::variant<std::vector<Host>, Error> parse_hostfile(const std::string& text, const std::string& path) {
+Result<std::vector<Host>> parse_hostfile(const std::string& text, const std::string& path) {
   std::vector<Host> hosts;
   int line = 0;
   for (auto content : text::split(text, '\n')) {
@@ -49,53 +49,53 @@ std::variant<std::vector<Host>, Error> parse_hostfile(const std::string& text, c
     }
     if (words.empty()) continue;
     const std::string where = path + ":" + std::to_string(line);
-    if (!valid_host(words[0])) return Error{where + ": expected a host name, got " + printable(words[0], 80), 2};
+    if (!valid_host(words[0])) return fail(where + ": expected a host name, got " + printable(words[0], 80));
     Host h{words[0], std::nullopt, {}};
     if (words.size() > 2 || (words.size() == 2 && words[1].rfind("slots=", 0) != 0)) {
-      return Error{where + ": expected 'host slots=N' or 'host', got " + printable(text::trim(content), 120), 2};
+      return fail(where + ": expected 'host slots=N' or 'host', got " + printable(text::trim(content), 120));
     }
     if (words.size() == 2) {
       h.slots = count(words[1].substr(6));
-      if (!h.slots) return Error{where + ": expected slots=N with N in 1..4096, got " + printable(words[1], 80), 2};
+      if (!h.slots) return fail(where + ": expected slots=N with N in 1..4096, got " + printable(words[1], 80));
     }
-    if (auto e = add(hosts, std::move(h), where)) return *e;
+    if (auto added = add(hosts, std::move(h), where); !added) return tl::unexpected(added.error());
   }
-  if (hosts.empty()) return Error{path + ": no hosts (expected lines of 'host slots=N')", 2};
+  if (hosts.empty()) return fail(path + ": no hosts (expected lines of 'host slots=N')");
   return hosts;
 }
 
-std::variant<std::vector<Host>, Error> parse_host_list(const std::string& list, const std::string& from) {
+Result<std::vector<Host>> parse_host_list(const std::string& list, const std::string& from) {
   std::vector<Host> hosts;
   for (const auto& item : text::split(list, ',')) {
     // A count follows the last ':'. An IPv6 address takes a count in brackets ([::1]:4); bare (::1),
     // all of it is the address.
     const bool bracketed = item.starts_with('[');
     if (bracketed && item.find(']') == std::string::npos) {
-      return Error{from + ": expected ] after the IPv6 address in " + printable(item, 80), 2};
+      return fail(from + ": expected ] after the IPv6 address in " + printable(item, 80));
     }
     const bool bare_ipv6 = !bracketed && std::count(item.begin(), item.end(), ':') > 1;
     const auto colon = item.rfind(':');
     const bool counted = colon != std::string::npos && !bare_ipv6 && item.find(']', colon) == std::string::npos;
     Host h{counted ? item.substr(0, colon) : item, std::nullopt, {}};
     if (bracketed) {
-      if (h.name.back() != ']') return Error{from + ": expected host[:slots],..., got " + printable(item, 80), 2};
+      if (h.name.back() != ']') return fail(from + ": expected host[:slots],..., got " + printable(item, 80));
       h.name = h.name.substr(1, h.name.size() - 2);
     }
-    if (!valid_host(h.name)) return Error{from + ": expected host[:slots],..., got " + printable(item, 80), 2};
+    if (!valid_host(h.name)) return fail(from + ": expected host[:slots],..., got " + printable(item, 80));
     if (counted && !(h.slots = count(item.substr(colon + 1)))) {
-      return Error{from + ": expected a slot count in 1..4096 after " + printable(h.name, 80) + ":", 2};
+      return fail(from + ": expected a slot count in 1..4096 after " + printable(h.name, 80) + ":");
     }
-    if (auto e = add(hosts, std::move(h), from)) return *e;
+    if (auto added = add(hosts, std::move(h), from); !added) return tl::unexpected(added.error());
   }
   return hosts;
 }
 
-std::variant<std::vector<Host>, Error> filter_hosts(std::vector<Host> hosts, const std::string& include,
-                                                    const std::string& include_from, const std::string& exclude,
-                                                    const std::string& exclude_from) {
+Result<std::vector<Host>> filter_hosts(std::vector<Host> hosts, const std::string& include,
+                                       const std::string& include_from, const std::string& exclude,
+                                       const std::string& exclude_from) {
   if (include.empty() && exclude.empty()) return hosts;
   if (!include.empty() && !exclude.empty()) {
-    return Error{include_from + " and " + exclude_from + " cannot be combined (as in deepspeed)", 2};
+    return fail(include_from + " and " + exclude_from + " cannot be combined (as in deepspeed)");
   }
   const bool including = !include.empty();
   const std::string& from = including ? include_from : exclude_from;
@@ -105,18 +105,18 @@ std::variant<std::vector<Host>, Error> filter_hosts(std::vector<Host> hosts, con
     const auto colon = spec.find(':');
     const std::string name = spec.substr(0, colon);
     auto it = std::find_if(hosts.begin(), hosts.end(), [&](const Host& h) { return h.name == name; });
-    if (it == hosts.end()) return Error{from + ": host " + printable(name, 80) + " is not in the host list", 2};
+    if (it == hosts.end()) return fail(from + ": host " + printable(name, 80) + " is not in the host list");
     auto& slots = named[name];
     if (colon == std::string::npos) continue;
     for (const auto& s : text::split(spec.substr(colon + 1), ',')) {
       auto slot = text::to_long(s);
-      if (!slot || *slot < 0) return Error{from + ": expected slot numbers after " + printable(name, 80) + ":", 2};
+      if (!slot || *slot < 0) return fail(from + ": expected slot numbers after " + printable(name, 80) + ":");
       if (!it->slots) {
-        return Error{from + ": host " + printable(name, 80) + " has no slots=N in the host list, so its slots cannot be named", 2};
+        return fail(from + ": host " + printable(name, 80) + " has no slots=N in the host list, so its slots cannot be named");
       }
       if (*slot >= *it->slots) {
-        return Error{from + ": host " + printable(name, 80) + " has no slot " + std::to_string(*slot) + " (it has " +
-                         std::to_string(*it->slots) + ")", 2};
+        return fail(from + ": host " + printable(name, 80) + " has no slot " + std::to_string(*slot) + " (it has " +
+                    std::to_string(*it->slots) + ")");
       }
       slots.insert(static_cast<int>(*slot));
     }
@@ -141,7 +141,7 @@ std::variant<std::vector<Host>, Error> filter_hosts(std::vector<Host> hosts, con
     h.chosen = std::move(chosen);
     kept.push_back(std::move(h));
   }
-  if (kept.empty()) return Error{from + ": no host is left", 2};
+  if (kept.empty()) return fail(from + ": no host is left");
   return kept;
 }
 

@@ -5,7 +5,6 @@
 
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "base/error.h"
@@ -21,17 +20,17 @@ struct Host {
 
 /// `text` of the hostfile at `path`. Errors are "path:line: ..." (a malformed line, a duplicate host,
 /// a bad slot count) or "path: no hosts".
-std::variant<std::vector<Host>, Error> parse_hostfile(const std::string& text, const std::string& path);
+Result<std::vector<Host>> parse_hostfile(const std::string& text, const std::string& path);
 
 /// `--hosts h1:4,h2:4,h3` (a count after ':' is the host's slots). `from` names the value in errors.
-std::variant<std::vector<Host>, Error> parse_host_list(const std::string& list, const std::string& from);
+Result<std::vector<Host>> parse_host_list(const std::string& list, const std::string& from);
 
 /// DeepSpeed's --include (only these hosts, or these slots of a host) or --exclude (all but these),
 /// `NAME[:SLOT[,SLOT...]][@NAME...]`; the hosts keep the hostfile's order. At most one of the two is
 /// non-empty; `include_from`/`exclude_from` name them in errors. A filter names slots only of hosts
 /// whose slot count is known; a host left with no slot is dropped; no host left is an error.
-std::variant<std::vector<Host>, Error> filter_hosts(std::vector<Host> hosts, const std::string& include,
-                                                    const std::string& include_from, const std::string& exclude,
-                                                    const std::string& exclude_from);
+Result<std::vector<Host>> filter_hosts(std::vector<Host> hosts, const std::string& include,
+                                       const std::string& include_from, const std::string& exclude,
+                                       const std::string& exclude_from);
 
 }  // namespace dtl::config

@@ -4,18 +4,16 @@
 // torchrun's counts processes: dtlaunch refuses to guess which is meant. docs/kubernetes.md.
 #pragma once
 
-#include <optional>
-
 #include "base/error.h"
 #include "config/command_line.h"
 #include "config/launch_options.h"
 
 namespace dtl::config {
 
-/// An error (one line, exit 2) when `env` holds WORLD_SIZE, RANK, MASTER_ADDR and MASTER_PORT and
+/// Fails (one line, exit 2) when `env` holds WORLD_SIZE, RANK, MASTER_ADDR and MASTER_PORT and
 /// `o` lacks a setting they stand for (nnodes, and with the static rendezvous node_rank,
 /// master_addr and master_port; not needed with --standalone or an explicit single node); or when
 /// PET_STANDALONE is set but empty (the operator's `standalone: true`, on which torchrun fails).
-std::optional<Error> check_pod_variables(const EnvLookup& env, const LaunchOptions& o);
+Status check_pod_variables(const EnvLookup& env, const LaunchOptions& o);
 
 }  // namespace dtl::config

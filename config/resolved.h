@@ -19,8 +19,9 @@ struct Resolved {
   Source source;
 };
 
-/// "--tee: expected 0-3 ... (got '4')", or a file's "cfg.yaml:3:6: tee: expected 0-3 ..., got '4'".
-inline Error value_error(const Resolved& s, const std::string& what) {
+/// The failed Result that names setting `s`: "--tee: expected 0-3 ... (got '4')", or a file's
+/// "cfg.yaml:3:6: tee: expected 0-3 ..., got '4'".
+inline tl::unexpected<Error> value_error(const Resolved& s, const std::string& what) {
   std::string msg = s.source.where + ": " + what;
   if (!s.text.empty() && what.rfind("expected", 0) == 0) {
     if (s.source.kind == Source::Kind::file) {
@@ -29,7 +30,7 @@ inline Error value_error(const Resolved& s, const std::string& what) {
       msg += " (got '" + printable(s.text) + "')";
     }
   }
-  return Error{msg};
+  return fail(msg);
 }
 
 inline Resolved& row(std::vector<Resolved>& settings, Setting id) { return settings[static_cast<size_t>(id)]; }

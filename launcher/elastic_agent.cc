@@ -49,8 +49,10 @@ class ElasticAgent final : public Runner {
                [this](const Group::Result& r) { apply(state.on_group_finished(r, wall_now_ns())); }}),
         signals(io, plan.signals, group, [this](int sig) { apply(state.on_signal(sig)); }) {}
 
-  int run() override {
-    if (opts.server) host_rendezvous();
+  Result<int> run() override {
+    if (opts.server) {
+      if (auto hosted = host_rendezvous(); !hosted) return tl::unexpected(hosted.error());
+    }
     rdzv::Client::Callbacks callbacks{
         [this](const rdzv::Round& r) { apply(state.on_round(r)); }, [this](const rdzv::Stop& s) { apply(state.on_stop(s)); },
         [this](const rdzv::Exit& e) { apply(state.on_exit(e)); },
@@ -107,9 +109,9 @@ class ElasticAgent final : public Runner {
     return duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
 
-  /// Starts the rendezvous server this node hosts; throws ErrorException when that is bad input
+  /// Starts the rendezvous server this node hosts; fails (exit code 2) when that is bad input
   /// (nothing has started yet).
-  void host_rendezvous() {
+  Status host_rendezvous() {
     // One descriptor per node, and the store sizes its connection cap from the limit: raised
     // before either starts. The workers get the limit back (spawn.cc).
     posix::raise_fd_limit();
@@ -133,14 +135,15 @@ class ElasticAgent final : public Runner {
         std::string msg = is_static ? opts.names.given(opts.server->port) + " is already in use on " +
                                           opts.server->host + ": is another node 0 of this job running?"
                                     : e.what();
-        throw ErrorException(Error{msg, 2});
+        return fail(msg);
       }
       spdlog::info("the rendezvous on {}:{} is hosted by another agent on this machine", opts.server->host,
                    opts.server->port);
     } catch (const std::runtime_error& e) {
       // an address that does not resolve or is not this machine's: bad input, nothing started
-      throw ErrorException(Error{e.what(), 2});
+      return fail(e.what());
     }
+    return {};
   }
 
   void apply(const AgentState::Actions& actions) {

@@ -267,14 +267,13 @@ class Fanout {
 
 uint64_t fanout_descriptors(size_t hosts) { return 3 * static_cast<uint64_t>(hosts) + 64; }
 
-std::optional<Error> check_fanout_limits(const FanoutPlan& plan) {
+Status check_fanout_limits(const FanoutPlan& plan) {
   const uint64_t limit = posix::raise_fd_limit();
   const uint64_t needed = fanout_descriptors(plan.nodes.size());
-  if (needed <= limit) return std::nullopt;
-  return Error{std::to_string(plan.nodes.size()) + " hosts need about " + std::to_string(needed) +
-                   " open files, and `ulimit -n` allows " + std::to_string(limit) +
-                   " (raise the hard limit, or start fewer hosts from one dtlaunch)",
-               2};
+  if (needed <= limit) return {};
+  return fail(std::to_string(plan.nodes.size()) + " hosts need about " + std::to_string(needed) +
+              " open files, and `ulimit -n` allows " + std::to_string(limit) +
+              " (raise the hard limit, or start fewer hosts from one dtlaunch)");
 }
 
 int run_fanout(const FanoutPlan& plan, Console& console) {

@@ -7,8 +7,6 @@
 //   - here: the processes, pipes, signals and timers that feed it.
 #pragma once
 
-#include <optional>
-
 #include "base/error.h"
 #include "launcher/fanout_plan.h"
 
@@ -22,7 +20,7 @@ uint64_t fanout_descriptors(size_t hosts);
 
 /// Before anything starts: the descriptors `plan` needs fit in this process's limit (raised to the
 /// hard one), else an Error (exit 2) naming `ulimit -n`.
-std::optional<Error> check_fanout_limits(const FanoutPlan& plan);
+Status check_fanout_limits(const FanoutPlan& plan);
 
 /// Runs the plan: starts every host's agent, each ssh in a process group of its own, relays their
 /// output to `console`, stops them all on SIGINT, SIGTERM or SIGHUP, passes SIGUSR1 and SIGUSR2 on,

@@ -71,7 +71,7 @@ std::optional<std::string> lookup(const std::vector<std::string>& environment, c
 
 /// ./.dtlaunch_env and deepspeed's .deepspeed_env: NAME=VALUE lines (blanks around the name and the
 /// value dropped, as deepspeed's runner strips them), `#` comments, blank lines.
-std::variant<Variables, Error> env_file(const std::string& text, const std::string& path) {
+Result<Variables> env_file(const std::string& text, const std::string& path) {
   Variables out;
   int line = 0;
   for (auto raw : text::split(text, '\n')) {
@@ -81,7 +81,7 @@ std::variant<Variables, Error> env_file(const std::string& text, const std::stri
     const auto eq = raw.find('=');
     const std::string name = eq == std::string::npos ? "" : text::trim(raw.substr(0, eq));
     if (!text::is_variable_name(name)) {
-      return Error{path + ":" + std::to_string(line) + ": expected NAME=VALUE, got " + printable(raw, 80), 2};
+      return fail(path + ":" + std::to_string(line) + ": expected NAME=VALUE, got " + printable(raw, 80));
     }
     out.emplace_back(name, text::trim(raw.substr(eq + 1)));
   }
@@ -89,13 +89,12 @@ std::variant<Variables, Error> env_file(const std::string& text, const std::stri
 }
 
 /// The settings the fan-out decides for every host; given anyway, they are an error, not ignored.
-std::optional<Error> refuse_fanout_conflicts(const LaunchOptions& o) {
-  const auto refuse = [&](Setting name, const std::string& why) -> std::optional<Error> {
+Status refuse_fanout_conflicts(const LaunchOptions& o) {
+  const auto refuse = [&](Setting name, const std::string& why) -> Status {
     const auto k = o.source(name).kind;
-    if (k == Source::Kind::default_ || k == Source::Kind::file) return std::nullopt;
-    return Error{o.source(name).where + " cannot be combined with " +
-                     o.source(o.fanout.hostfile.empty() ? Setting::hosts : Setting::hostfile).where + ": " + why,
-                 2};
+    if (k == Source::Kind::default_ || k == Source::Kind::file) return {};
+    return fail(o.source(name).where + " cannot be combined with " +
+                o.source(o.fanout.hostfile.empty() ? Setting::hosts : Setting::hostfile).where + ": " + why);
   };
   for (const auto& [name, why] : std::vector<std::pair<Setting, std::string>>{
            {Setting::node_rank, "each host's rank is its place in the host list"},
@@ -105,14 +104,13 @@ std::optional<Error> refuse_fanout_conflicts(const LaunchOptions& o) {
            {Setting::rdzv_token, "every job gets a fresh token, sent to the hosts over ssh"},
            {Setting::rdzv_token_file, "every job gets a fresh token, sent to the hosts over ssh"},
            {Setting::node_name, "each host is named as in the host list"}}) {
-    if (auto e = refuse(name, why)) return e;
+    if (auto allowed = refuse(name, why); !allowed) return allowed;
   }
   if (typed(o, Setting::nnodes) && o.min_nodes != o.max_nodes) {
-    return Error{o.named(Setting::nnodes, std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes)) +
-                     ": the fan-out starts a fixed number of hosts",
-                 2};
+    return fail(o.named(Setting::nnodes, std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes)) +
+                ": the fan-out starts a fixed number of hosts");
   }
-  return std::nullopt;
+  return {};
 }
 
 bool filtered(const LaunchOptions& o) { return !o.fanout.include.empty() || !o.fanout.exclude.empty(); }
@@ -129,36 +127,34 @@ std::optional<int> count_per_host(const LaunchOptions& o) {
 
 /// The hosts of the job: the file or list, filtered, cut to --nnodes, with --nproc_per_node checked
 /// against each host's slots.
-std::variant<std::vector<config::Host>, Error> job_hosts(const LaunchOptions& o, const FanoutInputs& in) {
+Result<std::vector<config::Host>> job_hosts(const LaunchOptions& o, const FanoutInputs& in) {
   const auto& f = o.fanout;
   if (!f.hostfile.empty() && !f.hosts.empty()) {
-    return Error{o.source(Setting::hostfile).where + " and " + o.source(Setting::hosts).where + " cannot be combined", 2};
+    return fail(o.source(Setting::hostfile).where + " and " + o.source(Setting::hosts).where + " cannot be combined");
   }
   auto listed = f.hostfile.empty() ? config::parse_host_list(f.hosts, o.source(Setting::hosts).where)
                                    : config::parse_hostfile(in.hostfile_text, f.hostfile);
-  if (auto* e = std::get_if<Error>(&listed)) return *e;
-  auto hosts = config::filter_hosts(std::get<std::vector<config::Host>>(std::move(listed)), f.include,
-                                    o.source(Setting::include).where, f.exclude, o.source(Setting::exclude).where);
-  if (auto* e = std::get_if<Error>(&hosts)) return *e;
-  auto& h = std::get<std::vector<config::Host>>(hosts);
+  if (!listed) return tl::unexpected(listed.error());
+  auto hosts = config::filter_hosts(std::move(*listed), f.include, o.source(Setting::include).where, f.exclude,
+                                    o.source(Setting::exclude).where);
+  if (!hosts) return tl::unexpected(hosts.error());
+  auto& h = *hosts;
   if (typed(o, Setting::nnodes)) {
-    if (filtered(o)) return Error{o.source(Setting::nnodes).where + " cannot be combined with --include/--exclude (as in deepspeed)", 2};
+    if (filtered(o)) return fail(o.source(Setting::nnodes).where + " cannot be combined with --include/--exclude (as in deepspeed)");
     if (o.min_nodes > static_cast<int>(h.size())) {
-      return Error{o.named(Setting::nnodes, std::to_string(o.min_nodes)) + " but the host list has " +
-                       std::to_string(h.size()) + " hosts",
-                   2};
+      return fail(o.named(Setting::nnodes, std::to_string(o.min_nodes)) + " but the host list has " +
+                  std::to_string(h.size()) + " hosts");
     }
     h.resize(o.min_nodes);  // deepspeed's --num_nodes: the first N hosts
   }
   if (auto count = count_per_host(o)) {
     if (filtered(o)) {
-      return Error{o.source(Setting::nproc_per_node).where + " cannot be combined with --include/--exclude (as in deepspeed)", 2};
+      return fail(o.source(Setting::nproc_per_node).where + " cannot be combined with --include/--exclude (as in deepspeed)");
     }
     for (const auto& host : h) {  // deepspeed's --num_gpus: the first N slots of each host
       if (host.slots && *count > *host.slots) {
-        return Error{o.named(Setting::nproc_per_node, std::to_string(*count)) + " but host " + host.name +
-                         " has slots=" + std::to_string(*host.slots),
-                     2};
+        return fail(o.named(Setting::nproc_per_node, std::to_string(*count)) + " but host " + host.name +
+                    " has slots=" + std::to_string(*host.slots));
       }
     }
   }
@@ -167,18 +163,18 @@ std::variant<std::vector<config::Host>, Error> job_hosts(const LaunchOptions& o,
 
 }  // namespace
 
-std::optional<Error> refuse_fanout_settings_without_hosts(const LaunchOptions& o) {
-  if (o.fanout.agent || o.fanout.wanted()) return std::nullopt;
+Status refuse_fanout_settings_without_hosts(const LaunchOptions& o) {
+  if (o.fanout.agent || o.fanout.wanted()) return {};
   for (Setting name : {Setting::hostfile, Setting::hosts}) {
-    if (typed(o, name)) return Error{o.source(name).where + " is empty: no host to start", 2};
+    if (typed(o, name)) return fail(o.source(name).where + " is empty: no host to start");
   }
   for (Setting name : {Setting::include, Setting::exclude}) {
     if (typed(o, name)) {
-      return Error{o.source(name).where + " filters the hosts of --hostfile or --hosts, and there are none (this "
-                   "machine's GPUs are chosen with --gpu_ids)", 2};
+      return fail(o.source(name).where + " filters the hosts of --hostfile or --hosts, and there are none (this "
+                  "machine's GPUs are chosen with --gpu_ids)");
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 
@@ -190,22 +186,22 @@ const std::vector<std::string>& host_setting_names() {
 }
 
 
-std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const FanoutInputs& in) {
-  if (auto e = refuse_fanout_conflicts(o)) return *e;
+Result<FanoutPlan> plan_fanout(const LaunchOptions& o, const FanoutInputs& in) {
+  if (auto allowed = refuse_fanout_conflicts(o); !allowed) return tl::unexpected(allowed.error());
   auto listed = job_hosts(o, in);
-  if (auto* e = std::get_if<Error>(&listed)) return *e;
-  const auto& hosts = std::get<std::vector<config::Host>>(listed);
+  if (!listed) return tl::unexpected(listed.error());
+  const auto& hosts = *listed;
 
   // ssh's command line, as a shell would split --ssh_command (no command substitution).
   wordexp_t words;
   if (wordexp(o.fanout.ssh_command.c_str(), &words, WRDE_NOCMD) != 0) {
-    return Error{o.named(Setting::ssh_command, o.fanout.ssh_command) + ": cannot split it as a shell would", 2};
+    return fail(o.named(Setting::ssh_command, o.fanout.ssh_command) + ": cannot split it as a shell would");
   }
   std::vector<std::string> ssh(words.we_wordv, words.we_wordv + words.we_wordc);
   wordfree(&words);
-  if (ssh.empty()) return Error{o.named(Setting::ssh_command, o.fanout.ssh_command) + ": expected a program", 2};
+  if (ssh.empty()) return fail(o.named(Setting::ssh_command, o.fanout.ssh_command) + ": expected a program");
   auto ssh_path = in.find_program(ssh[0]);
-  if (!ssh_path) return Error{o.named(Setting::ssh_command, o.fanout.ssh_command) + ": " + printable(ssh[0], 80) + " is not on PATH", 2};
+  if (!ssh_path) return fail(o.named(Setting::ssh_command, o.fanout.ssh_command) + ": " + printable(ssh[0], 80) + " is not on PATH");
   ssh.insert(ssh.end(), {"-o", "BatchMode=yes", "-o", "ConnectTimeout=10"});
   if (o.fanout.ssh_port) ssh.insert(ssh.end(), {"-p", std::to_string(o.fanout.ssh_port)});
 
@@ -219,8 +215,8 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
   }
   for (const auto& [path, contents] : in.env_files) {
     auto vars = env_file(contents, path);
-    if (auto* e = std::get_if<Error>(&vars)) return *e;
-    for (auto& v : std::get<Variables>(vars)) common.push_back(std::move(v));
+    if (!vars) return tl::unexpected(vars.error());
+    for (auto& v : *vars) common.push_back(std::move(v));
   }
   for (const auto& item : o.fanout.exports) {
     const auto eq = item.find('=');
@@ -229,7 +225,7 @@ std::variant<FanoutPlan, Error> plan_fanout(const LaunchOptions& o, const Fanout
     } else if (auto value = lookup(in.environment, item)) {
       common.emplace_back(item, *value);
     } else {
-      return Error{o.source(Setting::export_).where + ": " + item + " is not set here", 2};
+      return fail(o.source(Setting::export_).where + ": " + item + " is not set here");
     }
   }
 
@@ -294,8 +290,8 @@ std::vector<std::string> environment_entries() {
   return out;
 }
 
-std::variant<FanoutInputs, Error> read_fanout_inputs(const LaunchOptions& o, const std::vector<std::string>& args,
-                                                     const EnvLookup& env) {
+Result<FanoutInputs> read_fanout_inputs(const LaunchOptions& o, const std::vector<std::string>& args,
+                                        const EnvLookup& env) {
   FanoutInputs in;
   in.args = args;
   in.environment = environment_entries();
@@ -304,9 +300,8 @@ std::variant<FanoutInputs, Error> read_fanout_inputs(const LaunchOptions& o, con
   if (!o.fanout.hostfile.empty()) {
     auto file = read(o.fanout.hostfile);
     if (file.status != config::FileRead::Status::ok) {
-      return Error{o.source(Setting::hostfile).where + ": cannot read " + o.fanout.hostfile + ": " +
-                       (file.status == config::FileRead::Status::missing ? "no such file" : file.text),
-                   2};
+      return fail(o.source(Setting::hostfile).where + ": cannot read " + o.fanout.hostfile + ": " +
+                  (file.status == config::FileRead::Status::missing ? "no such file" : file.text));
     }
     in.hostfile_text = file.text;
   }

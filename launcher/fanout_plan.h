@@ -8,7 +8,6 @@
 #include <optional>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "base/env.h"
@@ -51,8 +50,8 @@ struct FanoutInputs {
 
 /// Reads the inputs from this machine: its environment and working directory, the hostfile, the env
 /// files, and a fresh token from OpenSSL. A hostfile that cannot be read is an Error (exit 2).
-std::variant<FanoutInputs, Error> read_fanout_inputs(const config::LaunchOptions& o,
-                                                     const std::vector<std::string>& args, const EnvLookup& env);
+Result<FanoutInputs> read_fanout_inputs(const config::LaunchOptions& o, const std::vector<std::string>& args,
+                                        const EnvLookup& env);
 
 /// The files whose NAME=VALUE lines every host gets, in order: with deepspeed_runner,
 /// $HOME/NAME and ./NAME where NAME is $DS_ENV_FILE or .deepspeed_env (deepspeed's runner's
@@ -63,7 +62,7 @@ std::vector<std::string> env_file_paths(const config::LaunchOptions& o, const En
 std::vector<std::string> environment_entries();
 
 /// Pure: every host's agent. Errors (exit 2) name the flag, variable or file:line at fault.
-std::variant<FanoutPlan, Error> plan_fanout(const config::LaunchOptions& o, const FanoutInputs& in);
+Result<FanoutPlan> plan_fanout(const config::LaunchOptions& o, const FanoutInputs& in);
 
 /// The variables the fan-out sets for one host's agent alone (its rank, the master, the token...):
 /// the agent reads them and removes them, so its workers, and a launcher they start, never see them.
@@ -71,6 +70,6 @@ const std::vector<std::string>& host_setting_names();
 
 /// A run without hosts to start: the fan-out's settings that would be ignored without a word (a filter,
 /// a host list given empty) are an Error (exit 2) naming where they came from.
-std::optional<Error> refuse_fanout_settings_without_hosts(const config::LaunchOptions& o);
+Status refuse_fanout_settings_without_hosts(const config::LaunchOptions& o);
 
 }  // namespace dtl::launcher

@@ -144,8 +144,9 @@ GpuInventory discover_gpus(std::optional<int> fake) {
   return {{}, "none"};
 }
 
-GpuSelection select_gpus(const std::vector<Gpu>& all, const std::optional<std::string>& inherited_visible,
-                         const std::optional<std::vector<int>>& gpu_ids, const std::string& ids_called) {
+Result<std::vector<std::string>> select_gpus(const std::vector<Gpu>& all,
+                                             const std::optional<std::string>& inherited_visible,
+                                             const std::optional<std::vector<int>>& gpu_ids, const std::string& ids_called) {
   std::vector<std::string> visible;
   if (!inherited_visible) {
     for (const auto& g : all) visible.push_back(std::to_string(g.index));
@@ -156,7 +157,7 @@ GpuSelection select_gpus(const std::vector<Gpu>& all, const std::optional<std::s
         int matches = 0;
         for (const auto& g : all) matches += g.uuid.rfind(token, 0) == 0;
         if (matches != 1 && !all.empty()) {
-          return where + (matches ? "'" + token + "' matches several GPUs" : "no GPU has UUID '" + token + "'");
+          return fail(where + (matches ? "'" + token + "' matches several GPUs" : "no GPU has UUID '" + token + "'"));
         }
         visible.push_back(token);
       } else if (token.rfind("MIG-", 0) == 0) {
@@ -164,12 +165,12 @@ GpuSelection select_gpus(const std::vector<Gpu>& all, const std::optional<std::s
       } else {
         char* end = nullptr;
         long idx = std::strtol(token.c_str(), &end, 10);
-        if (token.empty() || *end != '\0') return where + "'" + token + "' is neither a GPU index nor a UUID";
+        if (token.empty() || *end != '\0') return fail(where + "'" + token + "' is neither a GPU index nor a UUID");
         if (idx < 0) break;  // CUDA stops at the first negative index
         bool known = false;
         for (const auto& g : all) known |= g.index == idx;
         if (!known) {
-          return where + "no GPU " + token + " on this machine (" + std::to_string(all.size()) + " found)";
+          return fail(where + "no GPU " + token + " on this machine (" + std::to_string(all.size()) + " found)");
         }
         visible.push_back(token);
       }
@@ -179,8 +180,8 @@ GpuSelection select_gpus(const std::vector<Gpu>& all, const std::optional<std::s
   std::vector<std::string> chosen;
   for (int id : *gpu_ids) {
     if (id >= static_cast<int>(visible.size())) {
-      return ids_called + ": GPU " + std::to_string(id) + " is not visible (visible: " +
-             (visible.empty() ? std::string("none") : text::join(visible)) + ")";
+      return fail(ids_called + ": GPU " + std::to_string(id) + " is not visible (visible: " +
+                  (visible.empty() ? std::string("none") : text::join(visible)) + ")");
     }
     chosen.push_back(visible[id]);
   }

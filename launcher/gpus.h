@@ -4,8 +4,9 @@
 
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
+
+#include "base/error.h"
 
 namespace dtl::launcher {
 
@@ -34,14 +35,14 @@ GpuInventory discover_gpus(std::optional<int> fake);
 /// Parses `nvidia-smi -L` lines such as "GPU 0: NVIDIA H200 (UUID: GPU-5f3c...)".
 std::vector<Gpu> parse_nvidia_smi_list(const std::vector<std::string>& lines);
 
-/// One CUDA_VISIBLE_DEVICES entry per GPU the workers may use, or why the selection is invalid.
-using GpuSelection = std::variant<std::vector<std::string>, std::string>;
-
-/// `inherited_visible`: dtlaunch's own CUDA_VISIBLE_DEVICES (indices or GPU-/MIG- UUIDs, prefixes
-/// allowed as CUDA allows them). `gpu_ids`: indices among the GPUs visible after that, called
-/// `ids_called` in messages (the flag, or the variable or config file's key that gave them).
-GpuSelection select_gpus(const std::vector<Gpu>& all, const std::optional<std::string>& inherited_visible,
-                         const std::optional<std::vector<int>>& gpu_ids,
-                         const std::string& ids_called = "--gpu_ids");
+/// One CUDA_VISIBLE_DEVICES entry per GPU the workers may use, or why the selection is invalid
+/// (exit code 2). `inherited_visible`: dtlaunch's own CUDA_VISIBLE_DEVICES (indices or GPU-/MIG-
+/// UUIDs, prefixes allowed as CUDA allows them). `gpu_ids`: indices among the GPUs visible after
+/// that, called `ids_called` in messages (the flag, or the variable or config file's key that gave
+/// them).
+Result<std::vector<std::string>> select_gpus(const std::vector<Gpu>& all,
+                                             const std::optional<std::string>& inherited_visible,
+                                             const std::optional<std::vector<int>>& gpu_ids,
+                                             const std::string& ids_called = "--gpu_ids");
 
 }  // namespace dtl::launcher

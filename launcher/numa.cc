@@ -206,8 +206,8 @@ std::string sysfs_pci_address(unsigned domain, unsigned bus, unsigned device) {
   return out;
 }
 
-std::variant<CpuSet, std::string> numa_cpus(const NumaQuery& q, const SysfsRead& read) {
-  if (q.device < 0 || q.device >= static_cast<int>(q.device_pci.size())) return std::string("no GPU for this worker");
+Result<CpuSet> numa_cpus(const NumaQuery& q, const SysfsRead& read) {
+  if (q.device < 0 || q.device >= static_cast<int>(q.device_pci.size())) return fail("no GPU for this worker");
   try {
     const Topology topo(q, read);
     const int node = topo.node_of_device(q.device);
@@ -221,12 +221,12 @@ std::variant<CpuSet, std::string> numa_cpus(const NumaQuery& q, const SysfsRead&
     } else if (q.mode == "core-complex") {
       cpus = core_complex_cpus(topo, node, q.device);
     } else {
-      return "unknown mode '" + q.mode + "'";
+      return fail("unknown mode '" + q.mode + "'");
     }
-    if (cpus.empty()) return "NUMA node " + std::to_string(node) + " has no CPU that dtlaunch may use";
+    if (cpus.empty()) return fail("NUMA node " + std::to_string(node) + " has no CPU that dtlaunch may use");
     return cpus;
   } catch (const Missing& m) {
-    return m.why;
+    return fail(m.why);
   }
 }
 

@@ -7,8 +7,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
+
+#include "base/error.h"
 
 namespace dtl::launcher {
 
@@ -40,7 +41,7 @@ struct NumaQuery {
   CpuSet allowed;                        ///< dtlaunch's own affinity: bindings stay inside it
 };
 
-/// The worker's CPUs, or why there are none (a message without the flag's name).
-std::variant<CpuSet, std::string> numa_cpus(const NumaQuery& query, const SysfsRead& read);
+/// The worker's CPUs, or why there are none (a message without the flag's name, exit code 2).
+Result<CpuSet> numa_cpus(const NumaQuery& query, const SysfsRead& read);
 
 }  // namespace dtl::launcher

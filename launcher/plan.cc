@@ -23,8 +23,6 @@ using config::GpuVisibility;
 using config::Setting;
 using config::NprocSpec;
 
-Error error(std::string message, int code = 2) { return Error{std::move(message), code}; }
-
 /// The environment as the workers will inherit it: the plan's variables over dtlaunch's own.
 EnvLookup with_variables(const EnvPairs& variables, const EnvLookup& inherited) {
   return [&variables, inherited](const std::string& name) -> std::optional<std::string> {
@@ -45,20 +43,20 @@ std::optional<std::string> pci_of(const std::string& entry, const std::vector<Gp
 }
 
 /// --numa_binding: each worker's CPUs near its GPU (gpus[local rank % GPUs]), as torchrun's.
-std::optional<Error> plan_numa(const config::LaunchOptions& o, const HostFacts& host,
-                               const std::vector<std::string>& gpus, bool use_gpus, LaunchPlan& plan) {
+Status plan_numa(const config::LaunchOptions& o, const HostFacts& host, const std::vector<std::string>& gpus,
+                 bool use_gpus, LaunchPlan& plan) {
   const std::string called = o.named(Setting::numa_binding, o.numa_binding);
-  if (!use_gpus) return error(called + ": binds each worker near its GPU, but the workers have none");
+  if (!use_gpus) return fail(called + ": binds each worker near its GPU, but the workers have none");
   NumaQuery query{o.numa_binding, {}, 0, host.own_cpus()};
   for (const auto& entry : gpus) {
     auto pci = pci_of(entry, host.gpus.gpus);
     if (!pci) {
       const auto& source = host.gpus.source;
-      return error(called + ": the PCI address of GPU " + entry + " is unknown (" +
-                   (source == "nvml"   ? std::string("NVML did not say")
-                    : source == "fake" ? std::string("--fake_gpus")
-                                       : "GPUs from " + source + "; only NVML gives it") +
-                   ")");
+      return fail(called + ": the PCI address of GPU " + entry + " is unknown (" +
+                  (source == "nvml"   ? std::string("NVML did not say")
+                   : source == "fake" ? std::string("--fake_gpus")
+                                      : "GPUs from " + source + "; only NVML gives it") +
+                  ")");
     }
     query.device_pci.push_back(*pci);
   }
@@ -66,15 +64,15 @@ std::optional<Error> plan_numa(const config::LaunchOptions& o, const HostFacts& 
   for (int lr = 0; lr < plan.nproc; ++lr) {
     query.device = lr % static_cast<int>(gpus.size());
     auto cpus = numa_cpus(query, host.read_sysfs);
-    if (auto* why = std::get_if<std::string>(&cpus)) {
-      return error(called + ": local rank " + std::to_string(lr) + " (GPU " + query.device_pci[query.device] +
-                   "): " + *why);
+    if (!cpus) {
+      return fail(called + ": local rank " + std::to_string(lr) + " (GPU " + query.device_pci[query.device] +
+                  "): " + cpus.error().message);
     }
-    plan.cpus.push_back(std::get<CpuSet>(std::move(cpus)));
+    plan.cpus.push_back(std::move(*cpus));
     shown.push_back(std::to_string(lr) + ": " + format_cpu_list(plan.cpus.back()));
   }
   plan.notices.push_back("numa_binding=" + o.numa_binding + ": CPUs by local rank: " + text::join(shown, ", "));
-  return std::nullopt;
+  return {};
 }
 
 std::string random_id() {
@@ -141,28 +139,26 @@ constexpr const char* kRunPathMain =
 
 /// What runs: the program itself (--no_python), or python on the script or module; 127 when it is
 /// not there.
-std::optional<Error> plan_command(const config::LaunchOptions& o, const EnvLookup& env, const HostFacts& host,
-                                  LaunchPlan& plan) {
+Status plan_command(const config::LaunchOptions& o, const EnvLookup& env, const HostFacts& host, LaunchPlan& plan) {
   const std::string path_env = env("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
   plan.title = o.program;
   if (o.no_python && !o.run_path) {  // torchrun: --run-path wins over --no-python and --module
     auto exe = host.find_program(o.program, path_env);
     if (!exe) {
       if (o.program.find('/') != std::string::npos && host.exists(o.program)) {
-        return error("'" + o.program + "' is not an executable file");
+        return fail("'" + o.program + "' is not an executable file");
       }
-      return error("program '" + o.program + "' not found" +
-                       (o.program.find('/') == std::string::npos ? " in PATH" : ""),
-                   127);
+      return fail("program '" + o.program + "' not found" + (o.program.find('/') == std::string::npos ? " in PATH" : ""),
+                  127);
     }
     plan.exec_path = *exe;
     plan.argv.push_back(o.program);
   } else {
     std::string python = env("PYTHON_EXEC").value_or("python3");
     auto exe = host.find_program(python, path_env);
-    if (!exe) return error("python interpreter '" + python + "' not found (set PYTHON_EXEC, or use --no_python)", 127);
+    if (!exe) return fail("python interpreter '" + python + "' not found (set PYTHON_EXEC, or use --no_python)", 127);
     if ((o.run_path || !o.module) && !host.exists(o.program)) {
-      return error("script '" + o.program + "' not found (use --no_python to run a program from PATH)", 127);
+      return fail("script '" + o.program + "' not found (use --no_python to run a program from PATH)", 127);
     }
     plan.exec_path = *exe;
     plan.argv = {python, "-u"};
@@ -185,7 +181,7 @@ std::optional<Error> plan_command(const config::LaunchOptions& o, const EnvLooku
     plan.argv.push_back(underscore ? "--local_rank=${local_rank}" : "--local-rank=${local_rank}");
   }
   plan.argv.insert(plan.argv.end(), o.program_args.begin(), o.program_args.end());
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace
@@ -202,23 +198,24 @@ std::optional<std::string> installed_torch_version(const std::string& python) {
   return out.lines.front();
 }
 
-std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
-  if (auto refused = refuse_fanout_settings_without_hosts(o)) return *refused;
+Result<LaunchPlan> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
+  if (auto allowed = refuse_fanout_settings_without_hosts(o); !allowed) return tl::unexpected(allowed.error());
   LaunchPlan plan;
   plan.group.variables = config::worker_variables(o);
   const EnvLookup env = with_variables(plan.group.variables, host.env);
-  if (auto why = plan_command(o, env, host, plan)) return *why;
+  if (auto command = plan_command(o, env, host, plan); !command) return tl::unexpected(command.error());
 
   // GPUs and the number of workers.
   // deepspeed's slots on a machine without GPUs (its CPU accelerator) are numbers that nothing checks.
   const bool deepspeed_without_gpus = o.deepspeed_variables && host.gpus.gpus.empty();
   // accelerate's gpu_ids are physical ids: an inherited CUDA_VISIBLE_DEVICES does not narrow them.
+  using Gpus = std::vector<std::string>;
   auto selection = deepspeed_without_gpus
-                       ? GpuSelection{std::vector<std::string>{}}
+                       ? Result<Gpus>(Gpus{})
                        : select_gpus(host.gpus.gpus, o.accelerate.physical_gpu_ids ? std::nullopt : env("CUDA_VISIBLE_DEVICES"),
                                      o.gpu_ids, o.source(Setting::gpu_ids).where);
-  if (auto* why = std::get_if<std::string>(&selection)) return error(*why);
-  const auto& gpus = std::get<std::vector<std::string>>(selection);
+  if (!selection) return tl::unexpected(selection.error());
+  const Gpus& gpus = *selection;
   const int ngpus = static_cast<int>(gpus.size());
   switch (o.nproc_per_node.kind) {
     case NprocSpec::Kind::count: plan.nproc = o.nproc_per_node.count; break;
@@ -227,10 +224,10 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
     case NprocSpec::Kind::gpu_or_one: plan.nproc = ngpus > 0 ? ngpus : 1; break;
     case NprocSpec::Kind::gpu:
       if (ngpus == 0) {
-        return error(o.named(Setting::nproc_per_node, "gpu") + " but no GPU is visible (" +
-                     (host.gpus.gpus.empty() ? std::string("none found through NVML or nvidia-smi")
-                                             : "CUDA_VISIBLE_DEVICES/--gpu_ids select none") +
-                     "; --fake_gpus N pretends to have N)");
+        return fail(o.named(Setting::nproc_per_node, "gpu") + " but no GPU is visible (" +
+                    (host.gpus.gpus.empty() ? std::string("none found through NVML or nvidia-smi")
+                                            : "CUDA_VISIBLE_DEVICES/--gpu_ids select none") +
+                    "; --fake_gpus N pretends to have N)");
       }
       plan.nproc = ngpus;
       break;
@@ -274,14 +271,14 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
     const auto listed = inherited ? text::split(*inherited, ',') : std::vector<std::string>{};
     for (int lr = 0; lr < plan.nproc; ++lr) {
       if (inherited && lr >= static_cast<int>(listed.size())) {
-        return error("--virtual_local_rank: local_rank " + std::to_string(lr) + " has no GPU in CUDA_VISIBLE_DEVICES=" +
-                     *inherited);
+        return fail("--virtual_local_rank: local_rank " + std::to_string(lr) + " has no GPU in CUDA_VISIBLE_DEVICES=" +
+                    *inherited);
       }
       plan.cuda_visible_devices[lr] = inherited ? text::trim(listed[lr]) : std::to_string(lr);
     }
   }
   if (!o.numa_binding.empty()) {
-    if (auto why = plan_numa(o, host, gpus, use_gpus, plan)) return *why;
+    if (auto bound = plan_numa(o, host, gpus, use_gpus, plan); !bound) return tl::unexpected(bound.error());
   }
   if (o.accelerate.launch) {
     const int cores = host.physical_cores > 0 ? host.physical_cores : physical_core_count(host.cpu_count);
@@ -304,8 +301,8 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   int master_port = o.master_port;
   if (!is_multi_node(o) && !o.standalone && o.rdzv_backend == "static" && !o.rdzv_endpoint.empty()) {
     auto ep = rdzv_endpoint(o);
-    if (auto* err = std::get_if<Error>(&ep)) return *err;
-    std::tie(plan.group.master_addr, master_port) = std::get<std::pair<std::string, int>>(ep);
+    if (!ep) return tl::unexpected(ep.error());
+    std::tie(plan.group.master_addr, master_port) = *ep;
   }
   plan.group.agent_store = o.agent_store;
   // torchrun 2.x: one node, the static backend and no port given anywhere is --standalone (a free
@@ -316,8 +313,8 @@ std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& o, const 
   if (!is_multi_node(o)) {
     int port = standalone ? 0 : master_port;
     auto reserved = host.reserve_port(plan.group.master_addr, port);
-    if (auto* why = std::get_if<std::string>(&reserved)) return error(*why);
-    plan.group.master_port = std::get<int>(reserved);
+    if (!reserved) return tl::unexpected(reserved.error());
+    plan.group.master_port = *reserved;
   }
   plan.group.run_id = (standalone && o.run_id == "none") ? random_id() : o.run_id;
   plan.group.role = o.role;

@@ -6,7 +6,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "base/error.h"
@@ -28,7 +27,7 @@ struct HostFacts {
   GpuInventory gpus;
   int cpu_count = 1;
   EnvLookup env;
-  std::function<rendezvous::PortResult(const std::string& addr, int port)> reserve_port;
+  std::function<Result<int>(const std::string& addr, int port)> reserve_port;
   int physical_cores = 0;  ///< 0: counted from /sys when an accelerate CPU run needs it
   /// The file system as the plan sees it: a PATH lookup as execvp does it, and whether a path exists.
   std::function<std::optional<std::string>(const std::string& name, const std::string& path_env)> find_program =
@@ -74,7 +73,7 @@ struct LaunchPlan {
 };
 
 /// The plan, or why there is none (exit code 2 for bad input, 127 for a missing program).
-std::variant<LaunchPlan, Error> make_plan(const config::LaunchOptions& options, const HostFacts& host);
+Result<LaunchPlan> make_plan(const config::LaunchOptions& options, const HostFacts& host);
 
 /// Whether the launch goes through the rendezvous (several nodes, or c10d with an endpoint) rather
 /// than straight to the workers.

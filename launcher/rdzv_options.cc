@@ -37,16 +37,16 @@ rdzv::PortNames port_names(const config::LaunchOptions& o, config::Setting addr,
   return {called(o, addr), config::setting_name(port), s.where + (s.note.empty() ? "" : " (" + s.note + ")")};
 }
 
-std::variant<rdzv::Token, Error> resolve_token(const config::LaunchOptions& o) {
+Result<rdzv::Token> resolve_token(const config::LaunchOptions& o) {
   // A token file set anywhere (even to '') is named, so that an empty path is an error, not no token.
   return rdzv::read_token({given(o, config::Setting::rdzv_token, o.rdzv_token), given(o, config::Setting::rdzv_token_file, o.rdzv_token_file),
                            "--rdzv_token_file or DTLAUNCH_RDZV_TOKEN"});
 }
 
-std::variant<RdzvOptions, Error> rdzv_options(const config::LaunchOptions& o, const std::string& host, int port) {
+Result<RdzvOptions> rdzv_options(const config::LaunchOptions& o, const std::string& host, int port) {
   auto token = resolve_token(o);
-  if (auto* err = std::get_if<Error>(&token)) return *err;
-  const auto& t = std::get<rdzv::Token>(token);
+  if (!token) return tl::unexpected(token.error());
+  const rdzv::Token& t = *token;
   RdzvOptions r;
   if (!t.warning.empty()) r.warnings.push_back(t.warning);
   auto& s = r.server;
@@ -72,35 +72,35 @@ namespace {
 /// The static backend's meeting point: --master_addr is a host alone, as torchrun takes it (an IPv6
 /// address needs no brackets, "[::1]" is taken too), and the port is --master_port's. Joined as
 /// "::1:29500" and parsed back, an IPv6 address was refused.
-std::variant<std::pair<std::string, int>, Error> master_endpoint(const config::LaunchOptions& o) {
+Result<std::pair<std::string, int>> master_endpoint(const config::LaunchOptions& o) {
   std::string host = o.master_addr;
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   boost::system::error_code ec;
   const auto address = boost::asio::ip::make_address(host, ec);
   if (host.empty() || (host.find(':') != std::string::npos && (ec || !address.is_v6()))) {
-    return Error{called(o, config::Setting::master_addr) + ": '" + printable(o.master_addr, 200) +
-                     "' is not a host name or address (the port is --master_port's)", 2};
+    return fail(called(o, config::Setting::master_addr) + ": '" + printable(o.master_addr, 200) +
+                "' is not a host name or address (the port is --master_port's)");
   }
   if (o.master_port < 1 || o.master_port > 65535) {
-    return Error{called(o, config::Setting::master_addr) + " and " + called(o, config::Setting::master_port) + ": port '" +
-                     std::to_string(o.master_port) + "' is not in 1..65535", 2};
+    return fail(called(o, config::Setting::master_addr) + " and " + called(o, config::Setting::master_port) + ": port '" +
+                std::to_string(o.master_port) + "' is not in 1..65535");
   }
   return std::pair{host, o.master_port};
 }
 
 }  // namespace
 
-std::variant<std::pair<std::string, int>, Error> rdzv_endpoint(const config::LaunchOptions& o) {
+Result<std::pair<std::string, int>> rdzv_endpoint(const config::LaunchOptions& o) {
   const bool is_static = o.rdzv_backend == "static";
   std::string endpoint = o.rdzv_endpoint, from = called(o, config::Setting::rdzv_endpoint);
   if (endpoint.empty()) {
-    if (!is_static) return Error{o.named(config::Setting::rdzv_backend, o.rdzv_backend) + " needs --rdzv_endpoint host[:port]", 2};
+    if (!is_static) return fail(o.named(config::Setting::rdzv_backend, o.rdzv_backend) + " needs --rdzv_endpoint host[:port]");
     return master_endpoint(o);
   }
   try {
     return rdzv::parse_endpoint(endpoint, is_static ? o.master_port : 29400);
   } catch (const std::invalid_argument& e) {
-    return Error{from + ": " + e.what(), 2};
+    return fail(from + ": " + e.what());
   }
 }
 
@@ -109,14 +109,13 @@ AgentHost this_host() {
   return {posix::host_name(), rdzv::is_local_address, rdzv::reserve_check, random() * 4294967296ull + random()};
 }
 
-std::variant<AgentSetup, Error> make_agent_options(const config::LaunchOptions& o, const LaunchPlan& plan,
-                                                   const AgentHost& host) {
+Result<AgentSetup> make_agent_options(const config::LaunchOptions& o, const LaunchPlan& plan, const AgentHost& host) {
   auto ep = rdzv_endpoint(o);
-  if (auto* err = std::get_if<Error>(&ep)) return *err;
-  const auto& [ep_host, ep_port] = std::get<std::pair<std::string, int>>(ep);
+  if (!ep) return tl::unexpected(ep.error());
+  const auto& [ep_host, ep_port] = *ep;
   auto made = rdzv_options(o, ep_host, ep_port);
-  if (auto* err = std::get_if<Error>(&made)) return *err;
-  auto& [server, warnings] = std::get<RdzvOptions>(made);
+  if (!made) return tl::unexpected(made.error());
+  auto& [server, warnings] = *made;
 
   AgentSetup setup;
   setup.warnings = warnings;
@@ -142,8 +141,8 @@ std::variant<AgentSetup, Error> make_agent_options(const config::LaunchOptions& 
   c.join.agent_id = host.agent_id;
   const rdzv::PortNames names{called(o, config::Setting::local_addr), "the workers' port"};
   auto port = host.reserve_port(o.local_addr.empty() ? "0.0.0.0" : o.local_addr, 0, names);
-  if (auto* why = std::get_if<std::string>(&port)) return Error{"cannot find a free port for the workers: " + *why, 2};
-  c.join.worker_port = std::get<int>(port);
+  if (!port) return fail("cannot find a free port for the workers: " + port.error().message);
+  c.join.worker_port = *port;
   a.names = port_names(o, config::Setting::master_addr, config::Setting::master_port);
   if (hosting) a.server = server;
   return setup;

@@ -7,7 +7,6 @@
 #include <functional>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "base/error.h"
@@ -30,7 +29,7 @@ rendezvous::PortNames port_names(const config::LaunchOptions& o, config::Setting
 
 /// The token: rdzv_token from wherever it came (flag > PET_RDZV_TOKEN > DTLAUNCH_RDZV_TOKEN > config
 /// file), else the contents of rdzv_token_file. Only a token typed on the command line is warned about.
-std::variant<rendezvous::Token, Error> resolve_token(const config::LaunchOptions& o);
+Result<rendezvous::Token> resolve_token(const config::LaunchOptions& o);
 
 /// The rendezvous the settings describe, served at `host`:`port` (host empty: every interface):
 /// run id and token, the job's shape, the timings of --rdzv_conf. An agent joins it with the same
@@ -39,16 +38,16 @@ struct RdzvOptions {
   rendezvous::ServerOptions server;
   std::vector<std::string> warnings;
 };
-std::variant<RdzvOptions, Error> rdzv_options(const config::LaunchOptions& o, const std::string& host, int port);
+Result<RdzvOptions> rdzv_options(const config::LaunchOptions& o, const std::string& host, int port);
 
 /// Where the agents meet: --rdzv_endpoint, or --master_addr:--master_port for the static backend.
-std::variant<std::pair<std::string, int>, Error> rdzv_endpoint(const config::LaunchOptions& o);
+Result<std::pair<std::string, int>> rdzv_endpoint(const config::LaunchOptions& o);
 
 /// What make_agent_options asks of this machine, passed in so that tests answer instead.
 struct AgentHost {
   std::string hostname;
   std::function<bool(const std::string& host)> is_local_address;
-  std::function<rendezvous::PortResult(const std::string& addr, int port, const rendezvous::PortNames&)> reserve_port;
+  std::function<Result<int>(const std::string& addr, int port, const rendezvous::PortNames&)> reserve_port;
   uint64_t agent_id = 0;  ///< random for each agent process
 };
 AgentHost this_host();
@@ -60,7 +59,6 @@ struct AgentSetup {
 };
 
 /// From the options to the agent's settings: endpoint, whether to host, timings, this node's join.
-std::variant<AgentSetup, Error> make_agent_options(const config::LaunchOptions& o, const LaunchPlan& plan,
-                                                   const AgentHost& host);
+Result<AgentSetup> make_agent_options(const config::LaunchOptions& o, const LaunchPlan& plan, const AgentHost& host);
 
 }  // namespace dtl::launcher

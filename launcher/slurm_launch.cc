@@ -27,22 +27,21 @@ long fewest_cpus(const std::string& compressed) {
 
 }  // namespace
 
-std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std::string>& args,
-                                                           const config::LaunchOptions& o,
-                                                           const EnvLookup& env, const std::string& self) {
+Result<std::vector<std::string>> srun_command(const std::vector<std::string>& args, const config::LaunchOptions& o,
+                                              const EnvLookup& env, const std::string& self) {
   const std::string named = o.named(Setting::launcher, o.launcher);
   auto job = env("SLURM_JOB_ID");
   if (!job) {
-    return Error{named + ": not inside a Slurm allocation (SLURM_JOB_ID is unset); run it in an sbatch script or a "
-                 "salloc shell"};
+    return fail(named + ": not inside a Slurm allocation (SLURM_JOB_ID is unset); run it in an sbatch script or a "
+                "salloc shell");
   }
   if (auto step = env("SLURM_STEP_ID")) {
-    return Error{named + ": already inside srun step " + printable(*job + "." + *step) +
-                 ", where each task is a node's agent; drop --launcher"};
+    return fail(named + ": already inside srun step " + printable(*job + "." + *step) +
+                ", where each task is a node's agent; drop --launcher");
   }
   if (o.source(Setting::node_rank).kind != config::Source::Kind::default_) {
-    return Error{o.named(Setting::node_rank, std::to_string(o.node_rank)) + " with " + named +
-                 ": srun gives each node its rank"};
+    return fail(o.named(Setting::node_rank, std::to_string(o.node_rank)) + " with " + named +
+                ": srun gives each node its rank");
   }
   std::string nodes = env("SLURM_JOB_NUM_NODES").value_or(env("SLURM_NNODES").value_or(""));
   if (o.source(Setting::nnodes).kind != config::Source::Kind::default_ && o.min_nodes == o.max_nodes) {
@@ -74,7 +73,7 @@ std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std
 
 std::optional<int> start_through_launcher(const std::vector<std::string>& args, const config::LaunchOptions& o,
                                           const EnvLookup& env) {
-  const auto fail = [](const Error& e) {
+  const auto report = [](const Error& e) {
     std::cerr << error_line(e);
     return e.exit_code;
   };
@@ -83,25 +82,24 @@ std::optional<int> start_through_launcher(const std::vector<std::string>& args, 
   const Setting hosts = o.fanout.hostfile.empty() ? Setting::hosts : Setting::hostfile;
   if (o.launcher == "ssh") {
     if (o.fanout.wanted()) return std::nullopt;  // launcher/fanout.h
-    return fail(Error{named + ": needs the hosts, --hostfile FILE or --hosts h1:N,h2:N"});
+    return report(Error{named + ": needs the hosts, --hostfile FILE or --hosts h1:N,h2:N"});
   }
   if (o.fanout.wanted()) {
-    return fail(Error{named + " starts the allocation's nodes, and " +
-                      o.named(hosts, hosts == Setting::hosts ? o.fanout.hosts : o.fanout.hostfile) +
-                      " names others: drop one of them"});
+    return report(Error{named + " starts the allocation's nodes, and " +
+                        o.named(hosts, hosts == Setting::hosts ? o.fanout.hosts : o.fanout.hostfile) +
+                        " names others: drop one of them"});
   }
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return fail(Error{std::string("cannot find dtlaunch's own path: ") + std::strerror(errno), 1});
-  auto made = srun_command(args, o, env, std::string(self, static_cast<size_t>(n)));
-  if (auto* error = std::get_if<Error>(&made)) return fail(*error);
-  const auto& command = std::get<std::vector<std::string>>(made);
+  if (n <= 0) return report(Error{std::string("cannot find dtlaunch's own path: ") + std::strerror(errno), 1});
+  auto command = srun_command(args, o, env, std::string(self, static_cast<size_t>(n)));
+  if (!command) return report(command.error());
   std::vector<char*> argv;
-  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : *command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::cout.flush();
   execvp(argv[0], argv.data());
-  return fail(Error{named + ": cannot run srun: " + std::strerror(errno), 1});
+  return report(Error{named + ": cannot run srun: " + std::strerror(errno), 1});
 }
 
 }  // namespace dtl::launcher

@@ -5,7 +5,6 @@
 
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "base/error.h"
@@ -19,9 +18,8 @@ namespace dtl::launcher {
 /// with `self` as the dtlaunch to run. Each agent gets `args` with `--launcher=` in place of the
 /// user's --launcher, so that none starts srun again (whatever PET_LAUNCHER or the config file say).
 /// An Error (exit 2) outside an allocation, inside a step, or with --node_rank.
-std::variant<std::vector<std::string>, Error> srun_command(const std::vector<std::string>& args,
-                                                           const config::LaunchOptions& o,
-                                                           const EnvLookup& env, const std::string& self);
+Result<std::vector<std::string>> srun_command(const std::vector<std::string>& args, const config::LaunchOptions& o,
+                                              const EnvLookup& env, const std::string& self);
 
 /// `--launcher`: `slurm` runs srun in place of this process (srun then owns the terminal, the
 /// signals and the exit code) and returns only on failure, with the exit code after printing why;

@@ -27,8 +27,10 @@ class Supervisor final : public Runner {
         policy_(group_, plan.group, plan.title, std::move(host)),
         signals_(io, plan.signals, group_, [this](int sig) { log(policy_.on_signal(sig)); }) {}
 
-  int run() override {
-    if (plan_.group.agent_store) serve_store();
+  Result<int> run() override {
+    if (plan_.group.agent_store) {
+      if (auto served = serve_store(); !served) return tl::unexpected(served.error());
+    }
     policy_.start();
     io_.run();
     return exit_code_;
@@ -38,7 +40,7 @@ class Supervisor final : public Runner {
  private:
   /// The workers' store on master_addr:master_port (checked free by the plan), as torchrun 2.x's
   /// agent serves it; a port taken since is bad input, and nothing has started.
-  void serve_store() {
+  Status serve_store() {
     try {
       // Before the store sizes its connection cap from the limit; workers get theirs back (spawn.cc).
       posix::raise_fd_limit();
@@ -46,8 +48,9 @@ class Supervisor final : public Runner {
       store_->serve(store::listen_on(io_, plan_.group.master_addr, plan_.group.master_port));
       group_.watch_store(*store_);
     } catch (const std::runtime_error& e) {
-      throw ErrorException(Error{e.what(), 2});
+      return fail(e.what());
     }
+    return {};
   }
 
   void on_finished(const Group::Result& result) {

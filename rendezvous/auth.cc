@@ -71,9 +71,9 @@ bool proof_matches(const Bytes& expected, const Bytes& got) {
 namespace {
 
 /// The token in a file (trailing newlines stripped), with a warning when others may read it.
-std::variant<Token, Error> read_token_file(const Given& file) {
+Result<Token> read_token_file(const Given& file) {
   const std::string& path = file.value;
-  auto failure = [&](int err) { return Error{"cannot read token file " + path + ": " + std::strerror(err)}; };
+  auto failure = [&](int err) { return fail("cannot read token file " + path + ": " + std::strerror(err)); };
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return failure(errno);
   struct stat st {};
@@ -86,11 +86,11 @@ std::variant<Token, Error> read_token_file(const Given& file) {
   ::close(fd);
   if (read.error) return failure(read.error);
   if (read.too_large) {
-    return Error{"token file " + path + " is larger than " + std::to_string(kMaxTokenFile) + " bytes"};
+    return fail("token file " + path + " is larger than " + std::to_string(kMaxTokenFile) + " bytes");
   }
   std::string& value = read.text;
   while (!value.empty() && (value.back() == '\n' || value.back() == '\r')) value.pop_back();
-  if (value.empty()) return Error{"token file " + path + " is empty"};
+  if (value.empty()) return fail("token file " + path + " is empty");
 
   Token token{value, file.called + " " + path, ""};
   if (st.st_mode & (S_IRGRP | S_IROTH)) {
@@ -100,12 +100,14 @@ std::variant<Token, Error> read_token_file(const Given& file) {
   return token;
 }
 
-/// "--rdzv_token is empty", "PET_RDZV_TOKEN is set but empty".
-Error empty(const Given& given) { return Error{given.called + (given.on_command_line ? " is empty" : " is set but empty")}; }
+/// The failure "--rdzv_token is empty", "PET_RDZV_TOKEN is set but empty".
+tl::unexpected<Error> empty(const Given& given) {
+  return fail(given.called + (given.on_command_line ? " is empty" : " is set but empty"));
+}
 
 }  // namespace
 
-std::variant<Token, Error> read_token(const TokenSources& sources) {
+Result<Token> read_token(const TokenSources& sources) {
   if (const auto& given = sources.token) {
     if (given->value.empty()) return empty(*given);
     Token token{given->value, given->called, ""};

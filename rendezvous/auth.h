@@ -4,7 +4,6 @@
 
 #include <optional>
 #include <string>
-#include <variant>
 
 #include "base/error.h"
 #include "rendezvous/protocol.h"
@@ -52,6 +51,6 @@ struct TokenSources {
 /// The token itself, else the file's contents (trailing newlines stripped). A source that is given
 /// but empty (a token, or a file's path) is an error naming it, not a quiet "no token"; only a
 /// token on the command line is warned about.
-std::variant<Token, Error> read_token(const TokenSources& sources);
+Result<Token> read_token(const TokenSources& sources);
 
 }  // namespace dtl::rendezvous

@@ -8,14 +8,14 @@
 
 namespace dtl::rendezvous {
 
-PortResult reserve_check(const std::string& addr, int port, const PortNames& names) {
+Result<int> reserve_check(const std::string& addr, int port, const PortNames& names) {
   namespace ip = boost::asio::ip;
   boost::asio::io_context io;
   boost::system::error_code ec;
   ip::tcp::resolver resolver(io);
   auto endpoints = resolver.resolve(addr, std::to_string(port), ip::tcp::resolver::numeric_service, ec);
   if (ec || endpoints.empty()) {
-    return "cannot resolve " + names.addr + " '" + addr + "': " + ec.message();
+    return fail("cannot resolve " + names.addr + " '" + addr + "': " + ec.message());
   }
   std::string last_error;
   for (const auto& entry : endpoints) {
@@ -28,15 +28,15 @@ PortResult reserve_check(const std::string& addr, int port, const PortNames& nam
     acceptor.set_option(ip::tcp::acceptor::reuse_address(true), ec);
     if (acceptor.bind(endpoint, ec)) {
       if (ec == boost::asio::error::address_in_use) {
-        return names.given(port) + " is already in use on " + addr + " (choose another port, or " + names.free() +
-               " for a free one)";
+        return fail(names.given(port) + " is already in use on " + addr + " (choose another port, or " + names.free() +
+                    " for a free one)");
       }
       last_error = ec.message();
       continue;
     }
     return static_cast<int>(acceptor.local_endpoint().port());
   }
-  return "cannot listen on " + addr + ":" + std::to_string(port) + ": " + last_error;
+  return fail("cannot listen on " + addr + ":" + std::to_string(port) + ": " + last_error);
 }
 
 std::pair<std::string, int> parse_endpoint(const std::string& text, int default_port) {

@@ -4,12 +4,10 @@
 
 #include <string>
 #include <utility>
-#include <variant>
+
+#include "base/error.h"
 
 namespace dtl::rendezvous {
-
-/// A port, or the reason there is none (one line, for the user).
-using PortResult = std::variant<int, std::string>;
 
 /// What the caller calls the address and the port, for its messages ("--master_addr"): the
 /// rendezvous names no flag.
@@ -27,8 +25,9 @@ struct PortNames {
 };
 
 /// Binds addr:port the way c10d's TCPStore does (SO_REUSEADDR) and lets go again; port 0 asks the
-/// kernel for a free one. Returns the port that is free, or why it is not, in the words of `names`.
-PortResult reserve_check(const std::string& addr, int port, const PortNames& names);
+/// kernel for a free one. Returns the port that is free, or why it is not, in the words of `names`
+/// (one line, exit code 2).
+Result<int> reserve_check(const std::string& addr, int port, const PortNames& names);
 
 /// `host[:port]` or `[v6addr]:port`; throws std::invalid_argument naming what is wrong.
 std::pair<std::string, int> parse_endpoint(const std::string& text, int default_port);

@@ -10,6 +10,7 @@ demo_packages=(
   cmake g++ make pkg-config
   libcli11-dev libyaml-cpp-dev libboost-dev libspdlog-dev   # dtlaunch's libraries
   libssl-dev   # HMAC for the authenticated rendezvous
+  libexpected-dev   # Result<T> (base/error.h): tl::expected, as C++20 has no std::expected
   python3 python3-torch   # the demo's PyTorch workers; the end-to-end tests with a real PyTorch script, and torchrun for benchmarks
   libtorch-dev libgloo-dev   # dtl-train, the reference worker (CPU build with Gloo)
   libopenblas0-pthread   # libtorch's CPU matrix products: Debian's default reference BLAS is ~20x slower

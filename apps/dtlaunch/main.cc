@@ -50,7 +50,7 @@ struct Prepared {
 };
 
 /// Looks at the machine and plans; a refusal is an Error, printed by the caller.
-std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, const EnvLookup& env) {
+Result<Prepared> prepare(const config::LaunchOptions& options, const EnvLookup& env) {
   launcher::HostFacts host{
       options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
       posix::cpu_count(), env, [&](const std::string& addr, int port) {
@@ -59,8 +59,8 @@ std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, cons
   // For tests only: a fake NUMA topology (a directory holding sys/...) in place of the machine's /sys.
   if (auto root = env("DTL_TEST_SYSFS_ROOT")) host.read_sysfs = launcher::sysfs_under(*root);
   auto planned = launcher::make_plan(options, host);
-  if (auto* err = std::get_if<Error>(&planned)) return *err;
-  Prepared p{std::get<launcher::LaunchPlan>(std::move(planned)), std::nullopt};
+  if (!planned) return tl::unexpected(planned.error());
+  Prepared p{std::move(*planned), std::nullopt};
   for (const auto& notice : p.plan.notices) {
     if (notice.rfind("warning: ", 0) == 0) {
       spdlog::warn("{}", notice.substr(9));
@@ -70,9 +70,9 @@ std::variant<Prepared, Error> prepare(const config::LaunchOptions& options, cons
   }
   if (launcher::is_multi_node(options)) {
     auto made = launcher::make_agent_options(options, p.plan, launcher::this_host());
-    if (auto* err = std::get_if<Error>(&made)) return *err;
-    for (const auto& w : std::get<launcher::AgentSetup>(made).warnings) spdlog::warn("{}", w);
-    p.agent = std::get<launcher::AgentSetup>(made).options;
+    if (!made) return tl::unexpected(made.error());
+    for (const auto& w : made->warnings) spdlog::warn("{}", w);
+    p.agent = made->options;
   }
   return p;
 }
@@ -105,7 +105,7 @@ void hold_stop_signals() {
 /// Runs the workers (the supervisor, or this node's agent) and keeps or removes the log folder.
 int run(const Prepared& p, const std::string& node_name, int control_fd, launcher::Console& console,
         launcher::OrphanGuard& guard) {
-  const auto fail = [&](const Error& e) {
+  const auto report = [&](const Error& e) {
     console.write(2, error_line(e));
     return e.exit_code;
   };
@@ -115,7 +115,7 @@ int run(const Prepared& p, const std::string& node_name, int control_fd, launche
     run_logs.emplace(plan.log_dir, plan.group.run_id, !plan.writes_log_files(), plan.log_dir_called);
   } catch (const std::system_error& e) {
     // A --log_dir that cannot be made is bad input (exit 2, nothing started); a full /tmp is not.
-    return fail(Error{e.what(), plan.log_dir.empty() ? 1 : 2});
+    return report(Error{e.what(), plan.log_dir.empty() ? 1 : 2});
   }
   launcher::RunLogDir& logs = *run_logs;
   // Should dtlaunch be SIGKILLed, the guard removes what only this run could have used.
@@ -128,12 +128,8 @@ int run(const Prepared& p, const std::string& node_name, int control_fd, launche
   }
   auto runner = p.agent ? launcher::make_elastic_agent(io, console, plan, logs, guard, *p.agent)
                         : launcher::make_supervisor(io, console, plan, logs, guard, node_name);
-  int code = 0;
-  try {
-    code = runner->run();
-  } catch (const ErrorException& e) {  // refused before anything started (a taken rendezvous port)
-    code = fail(e.error());
-  }
+  auto ran = runner->run();  // an Error: refused before anything started (a port taken since the plan)
+  const int code = ran ? *ran : report(ran.error());
   hold_stop_signals();
   const bool keep = !plan.log_dir.empty() || runner->wrote_log_files();
   if (keep && logs.temporary()) spdlog::info("per-rank logs are in {}", logs.path().string());
@@ -144,21 +140,13 @@ int run(const Prepared& p, const std::string& node_name, int control_fd, launche
 
 /// `dtlaunch --hostfile ...`: every host's agent over ssh, from here.
 int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args, const EnvLookup& env) {
-  auto inputs = launcher::read_fanout_inputs(o, args, env);
-  if (auto* err = std::get_if<Error>(&inputs)) {
-    std::cerr << error_line(*err);
-    return err->exit_code;
+  auto planned = launcher::read_fanout_inputs(o, args, env).and_then(
+      [&](const launcher::FanoutInputs& inputs) { return launcher::plan_fanout(o, inputs); });
+  if (auto ready = planned.and_then(launcher::check_fanout_limits); !ready) {
+    std::cerr << error_line(ready.error());
+    return ready.error().exit_code;
   }
-  auto planned = launcher::plan_fanout(o, std::get<launcher::FanoutInputs>(inputs));
-  if (auto* err = std::get_if<Error>(&planned)) {
-    std::cerr << error_line(*err);
-    return err->exit_code;
-  }
-  const auto& plan = std::get<launcher::FanoutPlan>(planned);
-  if (auto err = launcher::check_fanout_limits(plan)) {
-    std::cerr << error_line(*err);
-    return err->exit_code;
-  }
+  const launcher::FanoutPlan& plan = *planned;
   launcher::Console console;
   setup_logging(console.sink());
   signal(SIGPIPE, SIG_IGN);
@@ -207,31 +195,31 @@ int main(int argc, char** argv) {
     if (auto code = commands::run_subcommand(args, env)) return *code;
   }
   auto parsed = config::parse_command_line(args, env);
-  if (parsed.error) {
-    std::cerr << error_line(*parsed.error);
-    return parsed.error->exit_code;
+  if (!parsed) {
+    std::cerr << error_line(parsed.error());
+    return parsed.error().exit_code;
   }
-  if (!parsed.options) {
-    for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
-    std::cout << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
+  if (!parsed->options) {
+    for (const auto& w : parsed->warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
+    std::cout << parsed->output << (parsed->output.ends_with('\n') ? "" : "\n");
     return 0;
   }
-  parsed.options->fanout.agent = control_fd >= 0;
+  parsed->options->fanout.agent = control_fd >= 0;
   if (control_fd >= 0) {
     for (const auto& name : launcher::host_setting_names()) unsetenv(name.c_str());  // read: not the workers'
   }
   // --launcher slurm: dtlaunch becomes srun, which starts every node's agent
-  if (auto code = launcher::start_through_launcher(args, *parsed.options, env)) return *code;
+  if (auto code = launcher::start_through_launcher(args, *parsed->options, env)) return *code;
   // A pre-emption warning before the workers exist has no one to tell (launcher/group_signals.h).
   for (int sig : {SIGUSR1, SIGUSR2}) signal(sig, SIG_IGN);
-  if (parsed.options->fanout.wanted()) {
-    for (const auto& w : parsed.warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
-    return fan_out(*parsed.options, args, env);
+  if (parsed->options->fanout.wanted()) {
+    for (const auto& w : parsed->warnings) std::cerr << "dtlaunch: warning: " << w << "\n";
+    return fan_out(*parsed->options, args, env);
   }
   // The guard is forked while dtlaunch is still one thread: the process it becomes allocates.
   std::unique_ptr<launcher::OrphanGuard> guard;
   try {
-    guard = std::make_unique<launcher::OrphanGuard>(parsed.options->job_cgroup);
+    guard = std::make_unique<launcher::OrphanGuard>(parsed->options->job_cgroup);
   } catch (const std::exception& e) {
     std::cerr << error_line(Error{e.what(), 1});
     return 1;
@@ -240,19 +228,19 @@ int main(int argc, char** argv) {
   // so a console that stops reading cannot stall the event loop (signals, exits, the rendezvous).
   launcher::Console console;
   setup_logging(console.sink());
-  for (const auto& w : parsed.warnings) spdlog::warn("{}", w);
+  for (const auto& w : parsed->warnings) spdlog::warn("{}", w);
   // Orphans of workers come to dtlaunch, which stops them; the guard covers a SIGKILLed dtlaunch.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   // A console that went away (`dtlaunch ... | head`) must not kill the job: its output is dropped.
   signal(SIGPIPE, SIG_IGN);
   try {
-    auto prepared = prepare(*parsed.options, env);
-    if (auto* err = std::get_if<Error>(&prepared)) {
-      console.write(2, error_line(*err));
-      return err->exit_code;
+    auto prepared = prepare(*parsed->options, env);
+    if (!prepared) {
+      console.write(2, error_line(prepared.error()));
+      return prepared.error().exit_code;
     }
-    const auto& o = *parsed.options;
-    return run(std::get<Prepared>(prepared), o.node_name.empty() ? posix::host_name() : o.node_name, control_fd,
+    const auto& o = *parsed->options;
+    return run(*prepared, o.node_name.empty() ? posix::host_name() : o.node_name, control_fd,
                console, *guard);
   } catch (const std::exception& e) {
     console.write(2, error_line(Error{e.what(), 1}));

@@ -24,19 +24,20 @@ ParseResult validate(const std::string& text) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   ParseResult r = validate(text);
-  if (r.error) {
-    FUZZ_CHECK(r.error->exit_code == 2);
-    FUZZ_CHECK(!r.error->message.empty());
-    FUZZ_CHECK(r.error->message.find('\n') == std::string::npos);
-    FUZZ_CHECK(r.error->message.find('\x1b') == std::string::npos);
-    FUZZ_CHECK(r.error->message.size() < 4 * size + 4096);
+  if (!r) {
+    const dtl::Error& e = r.error();
+    FUZZ_CHECK(e.exit_code == 2);
+    FUZZ_CHECK(!e.message.empty());
+    FUZZ_CHECK(e.message.find('\n') == std::string::npos);
+    FUZZ_CHECK(e.message.find('\x1b') == std::string::npos);
+    FUZZ_CHECK(e.message.size() < 4 * size + 4096);
     return 0;
   }
   // Every value is at most kMaxValueBytes, and no line is padded past a few dozen columns.
-  FUZZ_CHECK(r.output.size() < 200 * (4 * kMaxValueBytes + 256));
-  for (const auto& w : r.warnings) FUZZ_CHECK(w.find('\n') == std::string::npos);
+  FUZZ_CHECK(r->output.size() < 200 * (4 * kMaxValueBytes + 256));
+  for (const auto& w : r->warnings) FUZZ_CHECK(w.find('\n') == std::string::npos);
   // What --print_config shows is a dtlaunch config file, and it gives the same settings again.
-  ParseResult again = validate(r.output);
-  FUZZ_CHECK(!again.error);
+  ParseResult again = validate(r->output);
+  FUZZ_CHECK(again);
   return 0;
 }

@@ -24,16 +24,16 @@ ParseResult parse(std::vector<std::string> args, const std::string& yaml = "") {
 
 LaunchOptions ok(std::vector<std::string> args, const std::string& yaml = "") {
   auto r = parse(std::move(args), yaml);
-  INFO((r.error ? r.error->message : r.output));
-  REQUIRE(r.options);
-  return *r.options;
+  INFO((r ? r->output : r.error().message));
+  REQUIRE(r.value().options);
+  return *r->options;
 }
 
 std::string error(std::vector<std::string> args, const std::string& yaml = "") {
   auto r = parse(std::move(args), yaml);
-  REQUIRE(r.error);
-  CHECK(r.error->message.find('\n') == std::string::npos);
-  return r.error->message;
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.find('\n') == std::string::npos);
+  return r.error().message;
 }
 
 std::map<std::string, std::string> variables(const LaunchOptions& o, AccelerateHost host) {
@@ -71,7 +71,7 @@ TEST_CASE("dtlaunch launch ARGS is dtlaunch ARGS with accelerate's meaning of th
 TEST_CASE("dtlaunch launch without num_processes runs one worker per GPU, else one, as accelerate launch does") {
   CHECK(ok({"launch", "t.py"}).nproc_per_node.kind == NprocSpec::Kind::gpu_or_one);
   CHECK(ok({"t.py"}).nproc_per_node.kind == NprocSpec::Kind::count);  // torchrun's default of 1 stays
-  const std::string shown = parse({"launch", "--print_config"}).output;
+  const std::string shown = parse({"launch", "--print_config"}).value().output;
   CHECK(shown.find("nproc_per_node: 1 ") != std::string::npos);
   CHECK(shown.find(" # default (accelerate launch: one per GPU when the machine has GPUs)\n") != std::string::npos);
 }
@@ -140,7 +140,7 @@ TEST_CASE("gpu_ids are physical ids in accelerate's spelling and files, indices 
   CHECK_FALSE(ok({"--gpu_ids=1,3", "t.py"}).accelerate.physical_gpu_ids);
   CHECK(ok({"--config_file", "acc.yaml", "t.py"}, "distributed_type: MULTI_GPU\nnum_processes: 2\ngpu_ids: '0,1'\n")
             .accelerate.physical_gpu_ids);
-  auto shown = parse({"launch", "--gpu_ids=1,3", "--num_processes=2", "--print_config"}).output;
+  auto shown = parse({"launch", "--gpu_ids=1,3", "--num_processes=2", "--print_config"}).value().output;
   CHECK(shown.find("# gpu_ids: physical ids, accelerate's meaning (CUDA_VISIBLE_DEVICES is not read)\ngpu_ids: 1,3") !=
         std::string::npos);
   CHECK(shown.find("# accelerate: --num_processes / num_processes, the total over all machines (2 here)\n"
@@ -239,17 +239,18 @@ TEST_CASE("ACCELERATE_USE_CPU and a file's use_cpu keep the file's kind of run; 
   // accelerate launch reads its --cpu flag, never ACCELERATE_USE_CPU: the workers inherit and read it
   auto r = parse_command_line({"--config_file", "acc.yaml", "t.py"}, env_of({{"ACCELERATE_USE_CPU", "true"}}),
                               files_of({{"acc.yaml", ds}}));
-  REQUIRE(r.options);
-  CHECK(r.options->use_cpu);  // dtlaunch leaves the GPUs alone
-  CHECK(accelerate_launcher(*r.options, {}) == AccelerateLauncher::deepspeed);
-  auto vars = variables(*r.options, {});
+  REQUIRE(r.value().options);
+  CHECK(r->options->use_cpu);  // dtlaunch leaves the GPUs alone
+  CHECK(accelerate_launcher(*r->options, {}) == AccelerateLauncher::deepspeed);
+  auto vars = variables(*r->options, {});
   CHECK(vars["ACCELERATE_USE_DEEPSPEED"] == "true");
   CHECK(vars["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] == "4");
   CHECK(vars.count("ACCELERATE_USE_CPU") == 0);
   // --print_config shows the switch as it parsed
   r = parse_command_line({"--config_file", "acc.yaml", "--print_config"}, env_of({{"ACCELERATE_USE_CPU", "true"}}),
                          files_of({{"acc.yaml", ds}}));
-  CHECK(r.output.find("\nuse_cpu: true ") != std::string::npos);
+  REQUIRE(r);
+  CHECK(r->output.find("\nuse_cpu: true ") != std::string::npos);
   // the file's own use_cpu: the same (accelerate's args.cpu is the flag only)
   auto o = ok({"--config_file", "acc.yaml", "t.py"}, ds + "use_cpu: true\n");
   CHECK(accelerate_launcher(o, {}) == AccelerateLauncher::deepspeed);

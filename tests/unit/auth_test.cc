@@ -46,9 +46,9 @@ struct TokenFile {
   ~TokenFile() { std::filesystem::remove_all(dir); }
 };
 
-Token token_of(const std::variant<Token, Error>& r) {
-  if (auto* e = std::get_if<Error>(&r)) FAIL("unexpected token error: " << e->message);
-  return std::get<Token>(r);
+Token token_of(const dtl::Result<Token>& r) {
+  if (!r) FAIL("unexpected token error: " << r.error().message);
+  return *r;
 }
 
 const std::string kSafer = "--rdzv_token_file or DTLAUNCH_RDZV_TOKEN";
@@ -56,9 +56,9 @@ const std::string kSafer = "--rdzv_token_file or DTLAUNCH_RDZV_TOKEN";
 /// No token, only the file at `path`, named as the launcher names it.
 TokenSources from_file(const std::string& path) { return {std::nullopt, Given{path, "--rdzv_token_file", true}, kSafer}; }
 
-std::string error_of(const std::variant<Token, Error>& r) {
-  if (auto* e = std::get_if<Error>(&r)) return e->message;
-  return "(token '" + std::get<Token>(r).value + "')";
+std::string error_of(const dtl::Result<Token>& r) {
+  if (!r) return r.error().message;
+  return "(token '" + r->value + "')";
 }
 
 }  // namespace

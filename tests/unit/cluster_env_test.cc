@@ -36,9 +36,9 @@ ParseResult parse(std::vector<std::string> args, const Vars& env) {
 
 LaunchOptions ok(std::vector<std::string> args, const Vars& env) {
   auto r = parse(std::move(args), env);
-  INFO((r.error ? r.error->message : ""));
-  REQUIRE(r.options);
-  return *r.options;
+  INFO((r ? "" : r.error().message));
+  REQUIRE(r.value().options);
+  return *r->options;
 }
 
 }  // namespace
@@ -80,9 +80,9 @@ TEST_CASE("a salloc or sbatch shell outside a step detects nothing") {
 TEST_CASE("more than one srun task per node is refused with the fix, when the ranks come from srun") {
   const Vars two = srun_step({{"SLURM_STEP_NUM_TASKS", "6"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x3)"}});
   auto r = parse({"train.py"}, two);
-  REQUIRE(r.error);
-  CHECK(r.error->exit_code == 2);
-  CHECK(r.error->message ==
+  REQUIRE_FALSE(r);
+  CHECK(r.error().exit_code == 2);
+  CHECK(r.error().message ==
         "srun started 6 tasks on 3 nodes (SLURM_STEP_NUM_TASKS, SLURM_STEP_NUM_NODES), and dtlaunch wants one per "
         "node, as it starts the node's workers itself: use `srun --ntasks-per-node=1 --ntasks=3 dtlaunch ...` "
         "(--ntasks too: srun takes the allocation's task count over --ntasks-per-node)");
@@ -123,29 +123,30 @@ TEST_CASE("flags and variables win over what srun says, which wins over the conf
   CHECK(given.max_nodes == 3);
   auto filed = parse_command_line({"--config_file=c.yaml", "train.py"}, env_of(srun_step()),
                                   dtl::test::files_of({{"c.yaml", "nnodes: 5\nmax_restarts: 2\n"}}));
-  REQUIRE(filed.options);
-  CHECK(filed.options->max_nodes == 3);
-  CHECK(filed.options->max_restarts == 2);
+  REQUIRE(filed.value().options);
+  CHECK(filed->options->max_nodes == 3);
+  CHECK(filed->options->max_restarts == 2);
 }
 
 TEST_CASE("print_config names the variable each detected value came from") {
   auto r = parse({"--print_config"}, srun_step());
-  for (size_t at; (at = r.output.find("   ")) != std::string::npos;) r.output.erase(at, 1);  // the alignment
-  INFO(r.output);
-  CHECK(r.output.find("nnodes: 3  # SLURM_STEP_NUM_NODES\n") != std::string::npos);
-  CHECK(r.output.find("node_rank: 1  # SLURM_NODEID\n") != std::string::npos);
-  CHECK(r.output.find("master_addr: gpu02  # SLURM_STEP_NODELIST (its first host)\n") != std::string::npos);
-  CHECK(r.output.find("master_port: 12345  # SLURM_JOB_ID (10000 + SLURM_JOB_ID % 10000)\n") != std::string::npos);
-  CHECK(r.output.find("rdzv_id: 12345.0  # SLURM_JOB_ID.SLURM_STEP_ID\n") != std::string::npos);
+  REQUIRE(r);
+  for (size_t at; (at = r->output.find("   ")) != std::string::npos;) r->output.erase(at, 1);  // the alignment
+  INFO(r->output);
+  CHECK(r->output.find("nnodes: 3  # SLURM_STEP_NUM_NODES\n") != std::string::npos);
+  CHECK(r->output.find("node_rank: 1  # SLURM_NODEID\n") != std::string::npos);
+  CHECK(r->output.find("master_addr: gpu02  # SLURM_STEP_NODELIST (its first host)\n") != std::string::npos);
+  CHECK(r->output.find("master_port: 12345  # SLURM_JOB_ID (10000 + SLURM_JOB_ID % 10000)\n") != std::string::npos);
+  CHECK(r->output.find("rdzv_id: 12345.0  # SLURM_JOB_ID.SLURM_STEP_ID\n") != std::string::npos);
 }
 
 TEST_CASE("errors name the scheduler's variable") {
   auto r = parse({"train.py"}, srun_step({{"SLURM_NODEID", "7"}}));
-  REQUIRE(r.error);
-  CHECK(r.error->message == "SLURM_NODEID: expected a node rank in 0..2 (got '7')");
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message == "SLURM_NODEID: expected a node rank in 0..2 (got '7')");
   auto bad = parse({"train.py"}, srun_step({{"SLURM_STEP_NODELIST", "n[3-1]"}}));
-  REQUIRE(bad.error);
-  CHECK(bad.error->message ==
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message ==
         "SLURM_STEP_NODELIST=n[3-1]: hostlist item 'n[3-1]': range '3-1' goes down (give --master_addr)");
   CHECK(ok({"--master_addr=h", "train.py"}, srun_step({{"SLURM_STEP_NODELIST", "n[3-1]"}})).master_addr == "h");
 }
@@ -157,13 +158,13 @@ TEST_CASE("launcher slurm becomes srun with one task per node and the same argum
   auto o = ok(args, salloc);
   CHECK(o.launcher == "slurm");
   auto command = dtl::launcher::srun_command(args, o, env_of(salloc), "/bin/dtlaunch");
-  REQUIRE(std::holds_alternative<std::vector<std::string>>(command));
-  CHECK(std::get<std::vector<std::string>>(command) ==
+  REQUIRE(command);
+  CHECK(*command ==
         std::vector<std::string>{"srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--nodes=3", "--ntasks=3",
                                  "/bin/dtlaunch",
                                  "--nproc_per_node=2", "--launcher=", "--", "train.py", "--launcher", "x"});
   // The agents' own line must not start srun again, and parses as the same launch.
-  const auto& srun = std::get<std::vector<std::string>>(command);
+  const auto& srun = *command;
   auto agent = ok(std::vector<std::string>(srun.begin() + 6, srun.end()), srun_step({{"PET_LAUNCHER", "slurm"}}));
   CHECK(agent.launcher.empty());
   CHECK(agent.program_args == std::vector<std::string>{"--launcher", "x"});
@@ -171,16 +172,15 @@ TEST_CASE("launcher slurm becomes srun with one task per node and the same argum
   // accelerate's spelling keeps its first word, which says how the rest reads.
   const std::vector<std::string> acc{"launch", "--launcher=slurm", "--num_processes=4", "t.py"};
   auto accelerate = dtl::launcher::srun_command(acc, ok(acc, salloc), env_of(salloc), "d");
-  REQUIRE(std::holds_alternative<std::vector<std::string>>(accelerate));
-  CHECK(std::vector<std::string>(std::get<std::vector<std::string>>(accelerate).begin() + 5,
-                                 std::get<std::vector<std::string>>(accelerate).end()) ==
+  REQUIRE(accelerate);
+  CHECK(std::vector<std::string>(accelerate->begin() + 5, accelerate->end()) ==
         std::vector<std::string>{"d", "launch", "--num_processes=4", "--launcher=", "--", "t.py"});
 
   const std::vector<std::string> two{"--launcher=slurm", "--nnodes=2", "train.py"};
   auto fewer = dtl::launcher::srun_command(two, ok(two, salloc), env_of(salloc), "d");
-  REQUIRE(std::holds_alternative<std::vector<std::string>>(fewer));
-  CHECK(std::get<std::vector<std::string>>(fewer)[3] == "--nodes=2");
-  CHECK(std::get<std::vector<std::string>>(fewer)[4] == "--ntasks=2");
+  REQUIRE(fewer);
+  CHECK((*fewer)[3] == "--nodes=2");
+  CHECK((*fewer)[4] == "--ntasks=2");
 }
 
 TEST_CASE("launcher slurm gives each agent the CPUs of the job's smallest node, unless SRUN_CPUS_PER_TASK is set") {
@@ -188,8 +188,8 @@ TEST_CASE("launcher slurm gives each agent the CPUs of the job's smallest node, 
   const auto cpus = [&](Vars env) {
     env["SLURM_JOB_ID"] = "2";
     auto command = dtl::launcher::srun_command(args, ok(args, env), env_of(env), "d");
-    REQUIRE(std::holds_alternative<std::vector<std::string>>(command));
-    for (const auto& a : std::get<std::vector<std::string>>(command)) {
+    REQUIRE(command);
+    for (const auto& a : *command) {
       if (a.rfind("--cpus-per-task=", 0) == 0) return a;
     }
     return std::string("none");
@@ -204,8 +204,9 @@ TEST_CASE("launcher slurm gives each agent the CPUs of the job's smallest node, 
 TEST_CASE("launcher slurm is refused outside an allocation, inside a step and with --node_rank") {
   const auto error = [](std::vector<std::string> args, const Vars& env) {
     auto command = dtl::launcher::srun_command(args, ok(args, env), env_of(env), "d");
-    REQUIRE(std::holds_alternative<dtl::Error>(command));
-    return std::get<dtl::Error>(command).message;
+    REQUIRE_FALSE(command);
+    CHECK(command.error().exit_code == 2);
+    return command.error().message;
   };
   CHECK(error({"--launcher=slurm", "t.py"}, {}) ==
         "--launcher=slurm: not inside a Slurm allocation (SLURM_JOB_ID is unset); run it in an sbatch script or a "
@@ -229,8 +230,8 @@ TEST_CASE("launcher ssh is the --hostfile/--hosts fan-out, and slurm refuses hos
 TEST_CASE("an srun step whose SLURM_JOB_ID is no number is refused unless the port and id are given") {
   // it gave every node port 29500 and run id none, without a word
   auto r = parse({"t.py"}, srun_step({{"SLURM_JOB_ID", "abc"}}));
-  REQUIRE(r.error);
-  CHECK(r.error->message == "SLURM_JOB_ID=abc is not a job number (give --master_port and --rdzv_id)");
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message == "SLURM_JOB_ID=abc is not a job number (give --master_port and --rdzv_id)");
   auto o = ok({"--master_port=29511", "--rdzv_id=j", "t.py"}, srun_step({{"SLURM_JOB_ID", "abc"}}));
   CHECK(o.master_port == 29511);
 }

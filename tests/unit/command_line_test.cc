@@ -22,16 +22,16 @@ ParseResult parse(std::vector<std::string> args, std::map<std::string, std::stri
 
 /// The error's message (without "dtlaunch: error: ", which main.cc adds), or why there is none.
 std::string error_of(const ParseResult& r) {
-  if (!r.error) return "(no error; output: " + r.output + ")";
-  CHECK(r.error->exit_code == 2);
-  return r.error->message;
+  if (r) return "(no error; output: " + r->output + ")";
+  CHECK(r.error().exit_code == 2);
+  return r.error().message;
 }
 
 LaunchOptions ok(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
   auto r = parse(std::move(args), std::move(env));
   INFO(error_of(r));
-  REQUIRE(r.options);
-  return *r.options;
+  REQUIRE(r.value().options);
+  return *r->options;
 }
 
 }  // namespace
@@ -233,17 +233,17 @@ TEST_CASE("a command's settings are read as dtlaunch reads them, and the setting
   auto none = [](const std::string&) { return dtl::config::FileRead{dtl::config::FileRead::Status::missing, "none"}; };
   auto r = dtl::config::parse_command_settings("dtlaunch cmd", "a test", {Setting::rdzv_token, Setting::nnodes},
                                           {{Setting::rdzv_backend, "c10d"}}, own, {"--host=h", "--nnodes", "2"}, env, none);
-  REQUIRE(r.options);
-  CHECK(r.options->rdzv_token == "s");
-  CHECK(r.options->source(Setting::rdzv_token).where == "PET_RDZV_TOKEN");
-  CHECK(r.options->max_nodes == 2);
-  CHECK(r.options->source(Setting::nproc_per_node).kind == Source::Kind::default_);
-  CHECK(r.options->rdzv_backend == "c10d");  // the command's own default
+  REQUIRE(r.value().options);
+  CHECK(r->options->rdzv_token == "s");
+  CHECK(r->options->source(Setting::rdzv_token).where == "PET_RDZV_TOKEN");
+  CHECK(r->options->max_nodes == 2);
+  CHECK(r->options->source(Setting::nproc_per_node).kind == Source::Kind::default_);
+  CHECK(r->options->rdzv_backend == "c10d");  // the command's own default
   CHECK(own[0].value == "h");
   auto bad = dtl::config::parse_command_settings("dtlaunch cmd", "a test", {Setting::nnodes}, {}, own,
                                             {"--nproc_per_node=2"}, env, none);
-  REQUIRE(bad.error);
-  CHECK_THAT(bad.error->message, Catch::EndsWith("(see dtlaunch cmd --help)"));
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::EndsWith("(see dtlaunch cmd --help)"));
 }
 
 TEST_CASE("torch.distributed.launch's word: --local-rank=N unless --use_env; deepspeed's: --local_rank=N and its variables") {
@@ -310,12 +310,13 @@ TEST_CASE("rdzv_conf keys have torch's meaning for the backend, and the keys tor
 TEST_CASE("the rdzv_conf keys torch ignores come back as warnings that name where they were given") {
   auto r = parse({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29400", "--rdzv-conf=timeout=5,x=1",
                   "train.py"});
-  REQUIRE(r.options);
-  CHECK(r.options->rdzv_conf.join_timeout(false) == 600);
-  REQUIRE(r.warnings.size() == 2);
-  CHECK(r.warnings[1] == "--rdzv-conf: ignoring 'x' (torch's rendezvous reads no such key)");
+  REQUIRE(r.value().options);
+  CHECK(r->options->rdzv_conf.join_timeout(false) == 600);
+  REQUIRE(r->warnings.size() == 2);
+  CHECK(r->warnings[1] == "--rdzv-conf: ignoring 'x' (torch's rendezvous reads no such key)");
   r = parse({"train.py"}, {{"PET_RDZV_CONF", "y=1"}});
-  CHECK(r.warnings == std::vector<std::string>{"PET_RDZV_CONF: ignoring 'y' (torch's rendezvous reads no such key)"});
+  REQUIRE(r);
+  CHECK(r->warnings == std::vector<std::string>{"PET_RDZV_CONF: ignoring 'y' (torch's rendezvous reads no such key)"});
 }
 
 TEST_CASE("torchrun's logs_specs entry point `default` is taken, another is refused") {

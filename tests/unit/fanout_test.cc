@@ -13,15 +13,15 @@ using namespace dtl;
 
 namespace {
 
-std::vector<config::Host> hosts_of(std::variant<std::vector<config::Host>, Error> r) {
-  if (auto* e = std::get_if<Error>(&r)) FAIL(e->message);
-  return std::get<std::vector<config::Host>>(std::move(r));
+std::vector<config::Host> hosts_of(Result<std::vector<config::Host>> r) {
+  if (!r) FAIL(r.error().message);
+  return std::move(*r);
 }
 
-std::string error_of(const std::variant<std::vector<config::Host>, Error>& r) {
-  REQUIRE(std::holds_alternative<Error>(r));
-  CHECK(std::get<Error>(r).exit_code == 2);
-  return std::get<Error>(r).message;
+std::string error_of(const Result<std::vector<config::Host>>& r) {
+  REQUIRE_FALSE(r);
+  CHECK(r.error().exit_code == 2);
+  return r.error().message;
 }
 
 std::string names(const std::vector<config::Host>& hosts) {
@@ -36,9 +36,9 @@ std::string names(const std::vector<config::Host>& hosts) {
 config::LaunchOptions options(std::vector<std::string> args, std::map<std::string, std::string> vars = {}) {
   args.push_back("train.py");
   auto r = config::parse_command_line(args, test::env_of(vars), test::files_of({}));
-  INFO(r.output);
-  REQUIRE(r.options);
-  return *r.options;
+  INFO((r ? r->output : r.error().message));
+  REQUIRE(r.value().options);
+  return *r->options;
 }
 
 launcher::FanoutInputs inputs(std::string hostfile = "a slots=2\nb slots=2\n") {
@@ -54,14 +54,15 @@ launcher::FanoutInputs inputs(std::string hostfile = "a slots=2\nb slots=2\n") {
 
 launcher::FanoutPlan plan(const config::LaunchOptions& o, const launcher::FanoutInputs& in) {
   auto r = launcher::plan_fanout(o, in);
-  if (auto* e = std::get_if<Error>(&r)) FAIL(e->message);
-  return std::get<launcher::FanoutPlan>(std::move(r));
+  if (!r) FAIL(r.error().message);
+  return std::move(*r);
 }
 
 std::string plan_error(const config::LaunchOptions& o, const launcher::FanoutInputs& in) {
   auto r = launcher::plan_fanout(o, in);
-  REQUIRE(std::holds_alternative<Error>(r));
-  return std::get<Error>(r).message;
+  REQUIRE_FALSE(r);
+  CHECK(r.error().exit_code == 2);
+  return r.error().message;
 }
 
 std::map<std::string, std::string> vars_of(const launcher::NodeStart& n) {
@@ -200,9 +201,9 @@ TEST_CASE("fan-out plan: accelerate's num_processes / num_machines is each host'
   const auto accelerate = [&](std::string more) {
     auto r = config::parse_command_line({"launch", "--config_file", "acc.yaml", "train.py"}, test::env_of({}),
                                         test::files_of({{"acc.yaml", config + more}}));
-    INFO(r.output);
-    REQUIRE(r.options);
-    return *r.options;
+    INFO((r ? r->output : r.error().message));
+    REQUIRE(r.value().options);
+    return *r->options;
   };
   auto in = inputs("a slots=3\nb slots=3\n");
   CHECK(vars_of(plan(accelerate(""), in).nodes[1])["PET_NPROC_PER_NODE"] == "1");  // not the 3 slots

@@ -32,7 +32,7 @@ std::string cli_doc_flag_tables() {
 
 std::string help() {
   auto r = parse_command_line({"--help"}, [](const std::string&) { return std::optional<std::string>(); });
-  return r.output;
+  return r.value().output;
 }
 
 }  // namespace
@@ -53,7 +53,7 @@ TEST_CASE("docs/cli.md's flag tables are the table's, as dtlaunch --help_markdow
   INFO("regenerate docs/cli.md's block with: build/apps/dtlaunch/dtlaunch --help_markdown");
   CHECK(cli_doc_flag_tables() == flags_markdown());
   auto r = parse_command_line({"--help_markdown"}, [](const std::string&) { return std::optional<std::string>(); });
-  CHECK(r.output == flags_markdown());
+  CHECK(r.value().output == flags_markdown());
 }
 
 TEST_CASE("every spelling and variable of every flag, and every section, is in --help") {
@@ -84,8 +84,8 @@ TEST_CASE("every row is read from the variables it names, the first one first") 
         if (k == name) return std::string(f.type == Type::switch_ ? "1" : f.default_value);
         return std::nullopt;
       });
-      REQUIRE(r.shown);
-      CHECK(r.shown->source(f.id).where == name);
+      REQUIRE(r.value().shown);
+      CHECK(r->shown->source(f.id).where == name);
     }
   }
 }

@@ -10,14 +10,15 @@ std::vector<Gpu> four() {
   return {{0, "GPU-aaaa-1", "H200"}, {1, "GPU-bbbb-2", "H200"}, {2, "GPU-cccc-3", "H200"}, {3, "GPU-cddd-4", "H200"}};
 }
 
-std::vector<std::string> chosen(const GpuSelection& s) {
-  if (auto* why = std::get_if<std::string>(&s)) FAIL(*why);
-  return std::get<std::vector<std::string>>(s);
+std::vector<std::string> chosen(const dtl::Result<std::vector<std::string>>& s) {
+  if (!s) FAIL(s.error().message);
+  return *s;
 }
 
-std::string refused(const GpuSelection& s) {
-  REQUIRE(std::holds_alternative<std::string>(s));
-  return std::get<std::string>(s);
+std::string refused(const dtl::Result<std::vector<std::string>>& s) {
+  REQUIRE_FALSE(s);
+  CHECK(s.error().exit_code == 2);
+  return s.error().message;
 }
 
 }  // namespace

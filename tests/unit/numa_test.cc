@@ -69,8 +69,8 @@ const std::vector<std::string> kGpus{"0000:1b:00.0", "0000:1c:00.0", "0000:5a:00
 std::string cpus_for(const FakeSysfs& sys, const std::string& mode, int device, CpuSet allowed = all_cpus(),
                      std::vector<std::string> gpus = kGpus) {
   auto cpus = numa_cpus({mode, std::move(gpus), device, std::move(allowed)}, sys.reader());
-  if (auto* why = std::get_if<std::string>(&cpus)) return "error: " + *why;
-  return format_cpu_list(std::get<CpuSet>(cpus));
+  if (!cpus) return "error: " + cpus.error().message;
+  return format_cpu_list(*cpus);
 }
 
 CpuSet without(CpuSet cpus, std::initializer_list<int> gone) {
@@ -154,21 +154,20 @@ TEST_CASE("a topology that cannot be read is an error that names the file") {
 namespace {
 
 /// make_plan over the fake /sys with 4 NVML GPUs at kGpus' addresses.
-std::variant<LaunchPlan, Error> plan_with(const FakeSysfs& sys, std::vector<std::string> args,
-                                          std::string source = "nvml") {
+Result<LaunchPlan> plan_with(const FakeSysfs& sys, std::vector<std::string> args, std::string source = "nvml") {
   dtl::EnvLookup env = [](const std::string& k) -> std::optional<std::string> {
     if (k == "PATH") return "/usr/bin:/bin";
     return std::nullopt;
   };
   auto parsed = config::parse_command_line(args, env);
-  if (parsed.error) return *parsed.error;
+  if (!parsed) return tl::unexpected(parsed.error());
   GpuInventory gpus{{}, source};
   for (int i = 0; i < 4; ++i) gpus.gpus.push_back(Gpu{i, "GPU-" + std::to_string(i), "x", source == "nvml" ? kGpus[i] : ""});
-  HostFacts host{gpus, 32, env, [](const std::string&, int port) -> rendezvous::PortResult { return port; }};
+  HostFacts host{gpus, 32, env, [](const std::string&, int port) -> Result<int> { return port; }};
   host.read_sysfs = sys.reader();
   host.own_cpus = all_cpus;
   host.exists = [](const std::string&) { return true; };
-  return make_plan(*parsed.options, host);
+  return make_plan(*parsed->options, host);
 }
 
 }  // namespace
@@ -176,8 +175,8 @@ std::variant<LaunchPlan, Error> plan_with(const FakeSysfs& sys, std::vector<std:
 TEST_CASE("the plan binds each worker near the GPU it is given") {
   FakeSysfs sys;
   auto p = plan_with(sys, {"--numa_binding=node", "--nproc_per_node=gpu", "--master_port=29500", "x.py"});
-  REQUIRE(std::holds_alternative<LaunchPlan>(p));
-  const auto& plan = std::get<LaunchPlan>(p);
+  REQUIRE(p);
+  const LaunchPlan& plan = *p;
   REQUIRE(plan.cpus.size() == 4);
   CHECK(format_cpu_list(plan.cpus[1]) == "0-3,16-19");
   CHECK(format_cpu_list(plan.cpus[2]) == "4-7,20-23");
@@ -186,15 +185,15 @@ TEST_CASE("the plan binds each worker near the GPU it is given") {
                               "3: 12-15,28-31")));
   // --gpu_ids 2,3: worker 0 gets GPU 2, and exclusive counts only the GPUs the job may use
   auto narrowed = plan_with(sys, {"--numa_binding=exclusive", "--gpu_ids=1,3", "--nproc_per_node=2", "--master_port=1", "x.py"});
-  REQUIRE(std::holds_alternative<LaunchPlan>(narrowed));
-  CHECK(format_cpu_list(std::get<LaunchPlan>(narrowed).cpus[0]) == "0-3,16-19");
+  REQUIRE(narrowed);
+  CHECK(format_cpu_list(narrowed->cpus[0]) == "0-3,16-19");
 }
 
 TEST_CASE("without --numa_binding no worker is bound") {
   FakeSysfs sys;
   auto p = plan_with(sys, {"--nproc_per_node=2", "--master_port=1", "x.py"});
-  if (auto* e = std::get_if<Error>(&p)) FAIL(e->message);
-  CHECK(std::get<LaunchPlan>(p).cpus.empty());
+  if (!p) FAIL(p.error().message);
+  CHECK(p->cpus.empty());
 }
 
 TEST_CASE("numa_binding refusals are one line that names the setting, before any worker starts") {
@@ -202,9 +201,9 @@ TEST_CASE("numa_binding refusals are one line that names the setting, before any
   auto refused = [&](std::vector<std::string> args, std::string source = "nvml") {
     args.push_back("x.py");
     auto p = plan_with(sys, std::move(args), std::move(source));
-    REQUIRE(std::holds_alternative<Error>(p));
-    CHECK(std::get<Error>(p).exit_code == 2);
-    return std::get<Error>(p).message;
+    REQUIRE_FALSE(p);
+    CHECK(p.error().exit_code == 2);
+    return p.error().message;
   };
   CHECK(refused({"--numa_binding=cpu"}).find("--numa_binding") != std::string::npos);
   CHECK(refused({"--numa_binding=node", "--nproc_per_node=cpu"}) ==

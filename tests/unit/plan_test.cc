@@ -23,27 +23,27 @@ struct Fixture {
     };
   }
   /// The plan, or why the settings or the plan refuse the launch.
-  std::variant<LaunchPlan, Error> plan(std::vector<std::string> args) {
+  Result<LaunchPlan> plan(std::vector<std::string> args) {
     auto parsed = config::parse_command_line(args, lookup());
-    if (parsed.error) return *parsed.error;
-    REQUIRE(parsed.options);
-    HostFacts host{gpus, 6, lookup(), [this](const std::string& addr, int port) -> rendezvous::PortResult {
+    if (!parsed) return tl::unexpected(parsed.error());
+    REQUIRE(parsed.value().options);
+    HostFacts host{gpus, 6, lookup(), [this](const std::string& addr, int port) -> Result<int> {
                      reserved.emplace_back(addr, port);
-                     if (port == 1) return std::string("port 1 is taken");
+                     if (port == 1) return fail("port 1 is taken");
                      return port == 0 ? 41000 : port;
                    }};
-    return make_plan(*parsed.options, host);
+    return make_plan(*parsed->options, host);
   }
   LaunchPlan ok(std::vector<std::string> args) {
     auto p = plan(std::move(args));
-    if (auto* e = std::get_if<Error>(&p)) FAIL(e->message);
-    return std::get<LaunchPlan>(p);
+    if (!p) FAIL(p.error().message);
+    return *p;
   }
   /// Refused before anything starts (the prefix "" is main.cc's).
   Error refused(std::vector<std::string> args) {
     auto p = plan(std::move(args));
-    REQUIRE(std::holds_alternative<Error>(p));
-    return std::get<Error>(p);
+    REQUIRE_FALSE(p);
+    return p.error();
   }
 };
 
@@ -173,11 +173,11 @@ TEST_CASE("the --local-rank argument goes right after the script, spelled as the
   f.env["PYTHON_EXEC"] = "/bin/sh";  // an interpreter find_program finds; its torch is faked below
   auto plan_with = [&](std::optional<std::string> version, std::vector<std::string> args) {
     auto parsed = config::parse_command_line(args, f.lookup());
-    REQUIRE(parsed.options);
-    HostFacts host{f.gpus, 6, f.lookup(), [](const std::string&, int) -> rendezvous::PortResult { return 41000; }};
+    REQUIRE(parsed.value().options);
+    HostFacts host{f.gpus, 6, f.lookup(), [](const std::string&, int) -> Result<int> { return 41000; }};
     host.exists = [](const std::string&) { return true; };
     host.torch_version = [version](const std::string&) { return version; };
-    return std::get<LaunchPlan>(make_plan(*parsed.options, host)).argv;
+    return make_plan(*parsed->options, host).value().argv;
   };
   using V = std::vector<std::string>;
   CHECK(plan_with("2.15.0", {"torch.distributed.launch", "t.py", "--x"}) == V{"/bin/sh", "-u", "t.py", "--local-rank=${local_rank}", "--x"});
@@ -202,10 +202,10 @@ TEST_CASE("accelerate's variables and the file's env entries go to the workers t
   o.no_python = true;
   o.nproc_per_node.count = 2;
   o.extra_env = {{"OMP_NUM_THREADS", "4"}};
-  HostFacts host{f.gpus, 6, f.lookup(), [](const std::string&, int port) -> rendezvous::PortResult { return port; }};
+  HostFacts host{f.gpus, 6, f.lookup(), [](const std::string&, int port) -> Result<int> { return port; }};
   auto planned = make_plan(o, host);
-  REQUIRE(std::holds_alternative<LaunchPlan>(planned));
-  const auto& plan = std::get<LaunchPlan>(planned);
+  REQUIRE(planned);
+  const LaunchPlan& plan = *planned;
   CHECK(plan.group.variables == EnvPairs{{"OMP_NUM_THREADS", "4"}});
   CHECK(plan.notices.empty());  // no "OMP_NUM_THREADS=1 for each worker"
 }
@@ -241,32 +241,32 @@ TEST_CASE("the plan finds programs and scripts through the host's facts, not the
   auto options = config::parse_command_line({"--no_python", "trainer", "x"}, [](const std::string&) {
     return std::optional<std::string>();
   });
-  REQUIRE(options.options);
+  REQUIRE(options.value().options);
   std::vector<std::string> looked_up;
   HostFacts host{GpuInventory{{}, "none"}, 2, [](const std::string& k) -> std::optional<std::string> {
                    return k == "PATH" ? std::optional<std::string>("/opt/bin") : std::nullopt;
                  },
-                 [](const std::string&, int port) -> rendezvous::PortResult { return port; }};
+                 [](const std::string&, int port) -> Result<int> { return port; }};
   host.find_program = [&](const std::string& name, const std::string& path) -> std::optional<std::string> {
     looked_up.push_back(name + " in " + path);
     return name == "trainer" ? std::optional<std::string>("/opt/bin/trainer") : std::nullopt;
   };
   host.exists = [](const std::string& path) { return path == "train.py"; };
-  auto plan = make_plan(*options.options, host);
-  REQUIRE(std::holds_alternative<LaunchPlan>(plan));
-  CHECK(std::get<LaunchPlan>(plan).exec_path == "/opt/bin/trainer");
+  auto plan = make_plan(*options->options, host);
+  REQUIRE(plan);
+  CHECK(plan->exec_path == "/opt/bin/trainer");
   CHECK(looked_up == std::vector<std::string>{"trainer in /opt/bin"});
 
   auto script = config::parse_command_line({"train.py"}, [](const std::string&) { return std::optional<std::string>(); });
   host.find_program = [](const std::string& name, const std::string&) -> std::optional<std::string> {
     return "/fake/" + name;
   };
-  CHECK(std::get<LaunchPlan>(make_plan(*script.options, host)).argv ==
+  CHECK(make_plan(*script.value().options, host).value().argv ==
         std::vector<std::string>{"python3", "-u", "train.py"});
   auto missing = config::parse_command_line({"nothere.py"}, [](const std::string&) { return std::optional<std::string>(); });
-  auto refused = make_plan(*missing.options, host);
-  REQUIRE(std::holds_alternative<Error>(refused));
-  CHECK(std::get<Error>(refused).exit_code == 127);
+  auto refused = make_plan(*missing.value().options, host);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().exit_code == 127);
 }
 
 TEST_CASE("torchrun's --run_path: the script through runpy.run_path, over --no_python") {

@@ -19,16 +19,16 @@ ParseResult parse(std::vector<std::string> args, const Vars& env) {
 
 LaunchOptions ok(const Vars& env, std::vector<std::string> args = {}) {
   auto r = parse(std::move(args), env);
-  INFO((r.error ? r.error->message : ""));
-  REQUIRE(r.options);
-  return *r.options;
+  INFO((r ? "" : r.error().message));
+  REQUIRE(r.value().options);
+  return *r->options;
 }
 
 std::string refused(const Vars& env, std::vector<std::string> args = {}) {
   auto r = parse(std::move(args), env);
-  REQUIRE(r.error);
-  CHECK(r.error->exit_code == 2);
-  return r.error->message;
+  REQUIRE_FALSE(r);
+  CHECK(r.error().exit_code == 2);
+  return r.error().message;
 }
 
 /// PyTorchJob (training operator v1.7-v1.9), Master + 1 Worker, no elasticPolicy: the worker's pod.

@@ -5,8 +5,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <variant>
-
 #include "rendezvous/ports.h"
 
 using namespace dtl::rendezvous;
@@ -38,8 +36,8 @@ TEST_CASE("loopback is local, a documentation address is not") {
 TEST_CASE("port 0 finds a free port, and a listening port is reported in use") {
   const PortNames names{"--master_addr", "--master_port"};
   auto free = reserve_check("127.0.0.1", 0, names);
-  REQUIRE(std::holds_alternative<int>(free));
-  CHECK(std::get<int>(free) > 0);
+  REQUIRE(free);
+  CHECK(*free > 0);
 
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -51,12 +49,13 @@ TEST_CASE("port 0 finds a free port, and a listening port is reported in use") {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   int port = ntohs(addr.sin_port);
   auto taken = reserve_check("127.0.0.1", port, names);
-  REQUIRE(std::holds_alternative<std::string>(taken));
-  CHECK(std::get<std::string>(taken) == "--master_port " + std::to_string(port) +
-                                            " is already in use on 127.0.0.1 (choose another port, or "
-                                            "--master_port=0 for a free one)");
+  REQUIRE_FALSE(taken);
+  CHECK(taken.error().exit_code == 2);
+  CHECK(taken.error().message == "--master_port " + std::to_string(port) +
+                                     " is already in use on 127.0.0.1 (choose another port, or "
+                                     "--master_port=0 for a free one)");
   const PortNames from_file{"--master_addr", "master_port", "cfg.yaml:1:14: master_port"};
-  CHECK(std::get<std::string>(reserve_check("127.0.0.1", port, from_file)) ==
+  CHECK(reserve_check("127.0.0.1", port, from_file).error().message ==
         "master_port=" + std::to_string(port) + " (from cfg.yaml:1:14: master_port) is already in use on 127.0.0.1 "
         "(choose another port, or 0 for a free one)");
   close(fd);
@@ -64,6 +63,6 @@ TEST_CASE("port 0 finds a free port, and a listening port is reported in use") {
 
 TEST_CASE("an address that does not resolve is named as the caller calls it") {
   auto r = reserve_check("no-such-host.invalid", 0, {"--local_addr", "the workers' port"});
-  REQUIRE(std::holds_alternative<std::string>(r));
-  CHECK_THAT(std::get<std::string>(r), Catch::StartsWith("cannot resolve --local_addr 'no-such-host.invalid': "));
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message, Catch::StartsWith("cannot resolve --local_addr 'no-such-host.invalid': "));
 }

@@ -24,30 +24,30 @@ config::LaunchOptions parsed(std::vector<std::string> args, Vars vars = {}, cons
   if (!yaml.empty()) args.insert(args.begin(), {"--config_file", "cfg.yaml"});
   args.push_back("train.py");
   auto r = config::parse_command_line(args, env, files);
-  INFO(r.output);
-  REQUIRE(r.options);
-  return *r.options;
+  INFO((r ? r->output : r.error().message));
+  REQUIRE(r.value().options);
+  return *r->options;
 }
 
 /// A machine that answers without looking: every address is local, every port free.
 launcher::AgentHost fake_host() {
   return {"node-a", [](const std::string&) { return true; },
-          [](const std::string&, int, const rendezvous::PortNames&) { return rendezvous::PortResult(31000); }, 42};
+          [](const std::string&, int, const rendezvous::PortNames&) { return Result<int>(31000); }, 42};
 }
 
 launcher::AgentSetup agent(const config::LaunchOptions& o, const launcher::AgentHost& host = fake_host()) {
   launcher::LaunchPlan plan;
   plan.nproc = 2;
   auto made = launcher::make_agent_options(o, plan, host);
-  if (auto* err = std::get_if<Error>(&made)) FAIL("unexpected error: " << err->message);
-  return std::get<launcher::AgentSetup>(made);
+  if (!made) FAIL("unexpected error: " << made.error().message);
+  return *made;
 }
 
 std::string agent_error(const config::LaunchOptions& o, const launcher::AgentHost& host = fake_host()) {
   launcher::LaunchPlan plan;
   auto made = launcher::make_agent_options(o, plan, host);
-  REQUIRE(std::holds_alternative<Error>(made));
-  return std::get<Error>(made).message;
+  REQUIRE_FALSE(made);
+  return made.error().message;
 }
 
 }  // namespace
@@ -55,7 +55,7 @@ std::string agent_error(const config::LaunchOptions& o, const launcher::AgentHos
 TEST_CASE("the token flag wins over PET_RDZV_TOKEN, which wins over DTLAUNCH_RDZV_TOKEN, then the config file") {
   const std::string yaml = "rdzv_token: from-file\n";
   const Vars both{{"PET_RDZV_TOKEN", "from-pet"}, {"DTLAUNCH_RDZV_TOKEN", "from-dtlaunch"}};
-  auto token = [](const config::LaunchOptions& o) { return std::get<rendezvous::Token>(launcher::resolve_token(o)); };
+  auto token = [](const config::LaunchOptions& o) { return launcher::resolve_token(o).value(); };
   CHECK(token(parsed({"--rdzv_token=from-flag"}, both, yaml)).value == "from-flag");
   CHECK(token(parsed({}, both, yaml)).value == "from-pet");
   CHECK(token(parsed({}, {{"DTLAUNCH_RDZV_TOKEN", "from-dtlaunch"}}, yaml)).source == "DTLAUNCH_RDZV_TOKEN");
@@ -75,7 +75,7 @@ TEST_CASE("only a token typed on the command line is warned about, whatever else
 }
 
 TEST_CASE("an empty token names where it came from") {
-  auto error = [](const config::LaunchOptions& o) { return std::get<Error>(launcher::resolve_token(o)).message; };
+  auto error = [](const config::LaunchOptions& o) { return launcher::resolve_token(o).error().message; };
   CHECK(error(parsed({"--rdzv_token="})) == "--rdzv_token is empty");
   CHECK(error(parsed({}, {{"PET_RDZV_TOKEN", ""}})) == "PET_RDZV_TOKEN is set but empty");
 }
@@ -83,8 +83,8 @@ TEST_CASE("an empty token names where it came from") {
 TEST_CASE("a token file set to '' anywhere is an error naming where, not an unauthenticated job") {
   auto error = [](const config::LaunchOptions& o) {
     auto token = launcher::resolve_token(o);
-    if (auto* t = std::get_if<rendezvous::Token>(&token)) FAIL("no error, token '" << t->value << "'");
-    return std::get<Error>(token).message;
+    if (token) FAIL("no error, token '" << token->value << "'");
+    return token.error().message;
   };
   CHECK(error(parsed({"--rdzv_token_file="})) == "--rdzv_token_file is empty");
   CHECK(error(parsed({"--rdzv-token-file="})) == "--rdzv_token_file is empty");
@@ -105,7 +105,7 @@ TEST_CASE("the agent's client and server and the rdzv-server get the same timing
                    "keep_alive_max_attempt=4"});
   auto a = agent(o).options;
   REQUIRE(a.server);
-  auto standalone = std::get<launcher::RdzvOptions>(launcher::rdzv_options(o, "", 29400)).server;
+  auto standalone = launcher::rdzv_options(o, "", 29400).value().server;
   for (const auto* s : {&*a.server, &standalone}) {
     CHECK(s->round.join_timeout == 7s);
     CHECK(s->round.last_call_timeout == 250ms);
@@ -173,10 +173,9 @@ TEST_CASE("bad endpoints name the setting that gave them") {
 }
 
 TEST_CASE("an IPv6 --master_addr needs no brackets, as torchrun takes it; host:port there is refused") {
-  CHECK(std::get<std::pair<std::string, int>>(
-            launcher::rdzv_endpoint(parsed({"--nnodes=2", "--master_addr=fd00::2", "--master_port=29511"}))) ==
+  CHECK(launcher::rdzv_endpoint(parsed({"--nnodes=2", "--master_addr=fd00::2", "--master_port=29511"})).value() ==
         std::pair<std::string, int>{"fd00::2", 29511});
-  CHECK(std::get<std::pair<std::string, int>>(launcher::rdzv_endpoint(parsed({"--nnodes=2", "--master_addr=[::1]"}))) ==
+  CHECK(launcher::rdzv_endpoint(parsed({"--nnodes=2", "--master_addr=[::1]"})).value() ==
         std::pair<std::string, int>{"::1", 29500});
   CHECK(agent_error(parsed({"--nnodes=2", "--master_addr=10.0.0.1:1234"})) ==
         "--master_addr: '10.0.0.1:1234' is not a host name or address (the port is --master_port's)");

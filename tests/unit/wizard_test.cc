@@ -57,10 +57,10 @@ LaunchOptions loaded(const WizardAnswers& a) {
   auto r = parse_command_line({"--config_file", "w.yaml", "--print_config"},
                               [](const std::string&) { return std::optional<std::string>(); },
                               [&](const std::string&) { return FileRead{FileRead::Status::ok, text}; });
-  INFO(text << (r.error ? r.error->message : ""));
-  REQUIRE_FALSE(r.error);
-  REQUIRE(r.shown);
-  return *r.shown;
+  INFO(text << (r ? "" : r.error().message));
+  REQUIRE(r);
+  REQUIRE(r->shown);
+  return *r->shown;
 }
 
 }  // namespace
