@@ -9,6 +9,8 @@ Launchers:
                 i.e. torch.distributed.run with its defaults (--monitor_interval 5)
   torchrun-mi0.1  the same with --monitor_interval 0.1 (torchrun polls its workers; this is its
                 fastest practical setting). Left out with --no-tuned.
+  dtlaunch-baseline  with --baseline PATH: another build of dtlaunch (old against new in one run;
+                --no-torchrun leaves torchrun out). Its ratio is its value over dtlaunch's.
 
 Two tiny C helpers are compiled into the temp dir when a C compiler exists: spawn_rusage (the
 launcher's parent: exact wait4 ru_maxrss and exit timestamps, see its comment) and fail_worker
@@ -52,7 +54,7 @@ class Launcher:
         self.name = name
         self.prefix = prefix  # argv before the torchrun-style arguments
         self.runs = runs  # repetitions for the repeated benchmarks
-        self.is_dtlaunch = name == "dtlaunch"
+        self.is_dtlaunch = name.startswith("dtlaunch")  # dtlaunch, or --baseline's dtlaunch
 
 
 def find_launchers(args):
@@ -70,12 +72,13 @@ def find_launchers(args):
     # torch 1.13's --standalone always uses port 29400: on a shared machine another torchrun may hold it
     # (this one then joins that store). dtlaunch --standalone picks a free port; let torchrun do the same.
     os.environ["TORCHRUN_COMPAT_FREE_PORT"] = "1"
-    launchers = [
-        Launcher("dtlaunch", [os.path.abspath(dt)], runs=10),
-        Launcher("torchrun", [py, compat], runs=3),
-    ]
-    if not args.no_tuned:
-        launchers.append(Launcher("torchrun-mi0.1", [py, compat, "--monitor_interval", "0.1"], runs=3))
+    launchers = [Launcher("dtlaunch", [os.path.abspath(dt)], runs=10)]
+    if args.baseline:  # another build of dtlaunch, in the same run: its ratio says whether a change cost anything
+        launchers.append(Launcher("dtlaunch-baseline", [os.path.abspath(args.baseline)], runs=10))
+    if not args.no_torchrun:
+        launchers.append(Launcher("torchrun", [py, compat], runs=3))
+        if not args.no_tuned:
+            launchers.append(Launcher("torchrun-mi0.1", [py, compat, "--monitor_interval", "0.1"], runs=3))
     return launchers
 
 
@@ -614,6 +617,8 @@ def main():
     ap.add_argument("--only", default="launch,memory,failure,throughput,idle",
                     help="comma-separated subset of: launch,memory,failure,throughput,idle")
     ap.add_argument("--no-tuned", action="store_true", help="leave out torchrun --monitor_interval 0.1")
+    ap.add_argument("--baseline", metavar="DTLAUNCH", help="another dtlaunch binary to measure beside $DTLAUNCH")
+    ap.add_argument("--no-torchrun", action="store_true", help="leave torchrun out (with --baseline: old against new)")
     args = ap.parse_args()
     want = set(args.only.split(","))
     unknown = want - {"launch", "memory", "failure", "throughput", "idle"}

@@ -34,6 +34,11 @@ gathered = acc.gather(torch.tensor([acc.process_index], device=acc.device))
 print("REPORT " + json.dumps({"num_processes": acc.num_processes, "process_index": acc.process_index,
                               "mixed_precision": acc.mixed_precision, "distributed_type": str(acc.distributed_type),
                               "gathered": gathered.tolist()}), flush=True)
+# Without this a Gloo process may abort at interpreter exit ("terminate called without an active
+# exception", SIGABRT): its worker threads outlive the interpreter. torch asks scripts to do this.
+acc.end_training()
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()
 """
 
 
