@@ -4,9 +4,9 @@
 #include <charconv>
 #include <cstdlib>
 #include <map>
-#include <tuple>
 
 #include "config/config_file.h"
+#include "config/flags.h"
 #include "base/text.h"
 
 namespace dtl::config {
@@ -28,6 +28,8 @@ class Settings {
   bool on(const std::string& name) const { return text(name) == "1" || text(name) == "True"; }
   /// str(bool), as accelerate writes a store_true flag's value.
   std::string python_bool(const std::string& name) const { return on(name) ? "True" : "False"; }
+  /// The setting's text, else what its row says the workers get when it is unset.
+  std::string value(Setting id) const { return text(flag(id).name, flag(id).default_shown); }
 
  private:
   const std::map<std::string, std::string>& values_;
@@ -72,6 +74,16 @@ std::string python_bool_word(const std::string& word) {
 
 namespace {
 
+enum class Case { as_is, lower, upper };
+
+/// The setting's row's worker variable with its value (text::lower/upper'ed as accelerate does);
+/// nothing when the setting is unset and its row has no default.
+void add(const Settings& s, Setting id, Vars& vars, Case c = Case::as_is) {
+  std::string v = s.value(id);
+  if (v.empty()) return;
+  vars.emplace_back(flag(id).worker_variable, c == Case::lower ? text::lower(v) : c == Case::upper ? text::upper(v) : v);
+}
+
 /// FPROP, DGRAD, WGRAD: a flag's comma-separated booleans (`type=lambda x: tuple(map(str_to_bool, ...))`),
 /// a file's list as PyYAML read it, or a file's string character by character (str(value[i])).
 std::vector<std::string> override_precision(const LaunchOptions& o, const std::string& v) {
@@ -88,62 +100,57 @@ std::vector<std::string> override_precision(const LaunchOptions& o, const std::s
   return parts;
 }
 
-/// setup_fp8_env: every fp8_ setting, with the parser's defaults, as ACCELERATE_FP8_*.
-void add_fp8(const LaunchOptions& o, Vars& vars) {
-  const AccelerateOptions& a = o.accelerate;
-  std::map<std::string, std::string> fp8 = {
-      {"fp8_use_autocast_during_eval", "False"}, {"fp8_margin", "0"}, {"fp8_interval", "1"},
-      {"fp8_format", "HYBRID"}, {"fp8_amax_history_len", "1024"}, {"fp8_amax_compute_algo", "most_recent"},
-      {"fp8_opt_level", "O2"}, {"fp8_enable_fsdp_float8_all_gather", "1"}, {"fp8_pad_inner_dim", "1"}};
-  std::vector<std::string> override = {"False", "False", "False"};
-  for (const auto& [name, v] : a.values) {
-    if (name.rfind("fp8_", 0) != 0 || v.empty()) continue;
-    if (name == "fp8_override_linear_precision") {
-      override = override_precision(o, v);
-    } else if (name == "fp8_use_autocast_during_eval") {
-      fp8[name] = v == "1" || v == "True" ? "True" : "False";
-    } else if (name == "fp8_enable_fsdp_float8_all_gather" || name == "fp8_pad_inner_dim") {
-      const std::string b = text::lower(v);
-      fp8[name] = b == "1" || b == "true" || b == "yes" || b == "y" || b == "t" || b == "on" ? "1" : "0";
-    } else {
-      fp8[name] = v;
+/// setup_fp8_env: every fp8_ setting, with the parser's defaults, as ACCELERATE_FP8_*, in name order.
+void add_fp8(const LaunchOptions& o, const Settings& s, Vars& vars) {
+  std::map<std::string, std::pair<const char*, std::string>> fp8;  // name: variable, value
+  for (const Flag& f : flags()) {
+    if (!*f.worker_variable || std::string(f.name).rfind("fp8_", 0) != 0) continue;
+    std::string v = s.value(f.id);
+    if (s.has(f.name) && f.id == Setting::fp8_use_autocast_during_eval) {
+      v = s.python_bool(f.name);
+    } else if (s.has(f.name) &&
+               (f.id == Setting::fp8_enable_fsdp_float8_all_gather || f.id == Setting::fp8_pad_inner_dim)) {
+      v = python_bool_word(v) == "True" ? "1" : "0";
     }
+    if (!v.empty()) fp8[f.name] = {f.worker_variable, v};
   }
-  for (const auto& [name, v] : fp8) vars.emplace_back("ACCELERATE_" + text::upper(name), v);
+  for (const auto& [name, var_value] : fp8) vars.emplace_back(var_value.first, var_value.second);
+  const Setting override_id = Setting::fp8_override_linear_precision;
+  const std::vector<std::string> override = s.has(flag(override_id).name)
+                                                ? override_precision(o, s.text(flag(override_id).name))
+                                                : text::split(flag(override_id).default_shown, ',');
   vars.emplace_back("ACCELERATE_FP8_OVERRIDE_FPROP", override[0]);
   vars.emplace_back("ACCELERATE_FP8_OVERRIDE_DGRAD", override[1]);
   vars.emplace_back("ACCELERATE_FP8_OVERRIDE_WGRAD", override[2]);
 }
 
 void add_dynamo(const Settings& s, Vars& vars) {
-  vars.emplace_back("ACCELERATE_DYNAMO_BACKEND", text::upper(s.text("dynamo_backend", "no")));
-  vars.emplace_back("ACCELERATE_DYNAMO_MODE", s.text("dynamo_mode", "default"));
-  vars.emplace_back("ACCELERATE_DYNAMO_USE_FULLGRAPH", s.python_bool("dynamo_use_fullgraph"));
-  vars.emplace_back("ACCELERATE_DYNAMO_USE_DYNAMIC", s.python_bool("dynamo_use_dynamic"));
-  vars.emplace_back("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", s.python_bool("dynamo_use_regional_compilation"));
+  add(s, Setting::dynamo_backend, vars, Case::upper);
+  add(s, Setting::dynamo_mode, vars);
+  for (Setting id : {Setting::dynamo_use_fullgraph, Setting::dynamo_use_dynamic,
+                     Setting::dynamo_use_regional_compilation}) {
+    vars.emplace_back(flag(id).worker_variable, s.python_bool(flag(id).name));
+  }
 }
 
-/// FSDP_*: most always set (with the parser's defaults), lower-cased; a few only when given.
+/// FSDP_*: most always set (with the parser's defaults), some lower-cased; a few only when given.
 void add_fsdp(const Settings& s, Vars& vars) {
   vars.emplace_back("ACCELERATE_USE_FSDP", "true");
-  vars.emplace_back("FSDP_VERSION", s.text("fsdp_version", "1"));
-  vars.emplace_back("FSDP_SHARDING_STRATEGY", s.text("fsdp_sharding_strategy", "FULL_SHARD"));
-  vars.emplace_back("FSDP_RESHARD_AFTER_FORWARD", text::lower(s.text("fsdp_reshard_after_forward", "true")));
-  vars.emplace_back("FSDP_OFFLOAD_PARAMS", text::lower(s.text("fsdp_offload_params", "false")));
-  vars.emplace_back("FSDP_MIN_NUM_PARAMS", s.text("fsdp_min_num_params", "100000000"));
-  const std::pair<const char*, const char*> optional[] = {{"fsdp_auto_wrap_policy", "FSDP_AUTO_WRAP_POLICY"},
-                                                           {"fsdp_transformer_layer_cls_to_wrap", "FSDP_TRANSFORMER_CLS_TO_WRAP"},
-                                                           {"fsdp_backward_prefetch", "FSDP_BACKWARD_PREFETCH"},
-                                                           {"fsdp_state_dict_type", "FSDP_STATE_DICT_TYPE"}};
-  for (const auto& [name, var] : optional) {
-    if (s.has(name)) vars.emplace_back(var, s.text(name));
+  add(s, Setting::fsdp_version, vars);
+  add(s, Setting::fsdp_sharding_strategy, vars);
+  add(s, Setting::fsdp_reshard_after_forward, vars, Case::lower);
+  add(s, Setting::fsdp_offload_params, vars, Case::lower);
+  add(s, Setting::fsdp_min_num_params, vars);
+  for (Setting id : {Setting::fsdp_auto_wrap_policy, Setting::fsdp_transformer_layer_cls_to_wrap,
+                     Setting::fsdp_backward_prefetch, Setting::fsdp_state_dict_type}) {
+    add(s, id, vars);
   }
-  const std::pair<const char*, const char*> lowered[] = {
-      {"fsdp_forward_prefetch", "false"},          {"fsdp_use_orig_params", "true"},
-      {"fsdp_cpu_ram_efficient_loading", "true"},  {"fsdp_sync_module_states", "true"},
-      {"fsdp_activation_checkpointing", "false"}, {"fsdp_activation_checkpointing_offload", "false"}};
-  for (const auto& [name, fallback] : lowered) vars.emplace_back(text::upper(name), text::lower(s.text(name, fallback)));
-  if (s.has("fsdp_ignored_modules")) vars.emplace_back("FSDP_IGNORED_MODULES", s.text("fsdp_ignored_modules"));
+  for (Setting id : {Setting::fsdp_forward_prefetch, Setting::fsdp_use_orig_params,
+                     Setting::fsdp_cpu_ram_efficient_loading, Setting::fsdp_sync_module_states,
+                     Setting::fsdp_activation_checkpointing, Setting::fsdp_activation_checkpointing_offload}) {
+    add(s, id, vars, Case::lower);
+  }
+  add(s, Setting::fsdp_ignored_modules, vars);
 }
 
 void add_deepspeed(const LaunchOptions& o, const Settings& s, const AccelerateHost& host, Vars& vars) {
@@ -161,19 +168,15 @@ void add_deepspeed(const LaunchOptions& o, const Settings& s, const AccelerateHo
   if (o.source(Setting::mixed_precision).kind == Source::Kind::file) fields.push_back("mixed_precision");
   vars.emplace_back("ACCELERATE_CONFIG_DS_FIELDS", text::lower(text::join(fields)));
   vars.emplace_back("ACCELERATE_USE_DEEPSPEED", "true");
-  const std::tuple<const char*, const char*, bool> optional[] = {
-      {"zero_stage", "ACCELERATE_DEEPSPEED_ZERO_STAGE", false},
-      {"gradient_accumulation_steps", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", false},
-      {"gradient_clipping", "ACCELERATE_GRADIENT_CLIPPING", true},
-      {"offload_optimizer_device", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", true},
-      {"offload_param_device", "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", true},
-      {"zero3_init_flag", "ACCELERATE_DEEPSPEED_ZERO3_INIT", true},
-      {"zero3_save_16bit_model", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", true},
-      {"deepspeed_config_file", "ACCELERATE_DEEPSPEED_CONFIG_FILE", false},
-      {"deepspeed_moe_layer_cls_names", "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", false}};
-  for (const auto& [name, var, lowered] : optional) {
-    if (s.has(name)) vars.emplace_back(var, lowered ? text::lower(s.text(name)) : s.text(name));
+  // Each only when given.
+  add(s, Setting::zero_stage, vars);
+  add(s, Setting::gradient_accumulation_steps, vars);
+  for (Setting id : {Setting::gradient_clipping, Setting::offload_optimizer_device, Setting::offload_param_device,
+                     Setting::zero3_init_flag, Setting::zero3_save_16bit_model}) {
+    add(s, id, vars, Case::lower);
   }
+  add(s, Setting::deepspeed_config_file, vars);
+  add(s, Setting::deepspeed_moe_layer_cls_names, vars);
 }
 
 }  // namespace
@@ -214,7 +217,7 @@ std::vector<std::pair<std::string, std::string>> accelerate_variables(const Laun
   if (o.debug) vars.emplace_back("ACCELERATE_DEBUG_MODE", "true");
   const std::string precision = o.mixed_precision.empty() ? "no" : o.mixed_precision;
   vars.emplace_back("ACCELERATE_MIXED_PRECISION", precision);
-  if (precision == "fp8") add_fp8(o, vars);
+  if (precision == "fp8") add_fp8(o, s, vars);
   if (launcher == AccelerateLauncher::deepspeed) {
     add_deepspeed(o, s, host, vars);
   } else {

@@ -28,7 +28,7 @@ Parsed answered(std::string output) {
 /// What a user reads in --help: the row's help without Markdown, its default and its variables
 /// beyond PET_*.
 std::string help_line(const Flag& f, const char* default_value) {
-  std::string help = text::replace_all(f.help, "`", "");
+  std::string help = text::replace_all(help_text(f), "`", "");
   std::string def = text::replace_all(*f.default_shown ? f.default_shown : default_value, "`", "");
   if (!def.empty()) help += " (default: " + def + ")";
   for (const char* v : f.variables) help += std::string(" (or $") + v + ")";

@@ -124,6 +124,15 @@ Flag acc(Setting id, const char* name, const char* group, Type type, const char*
   return f;
 }
 
+/// A row of accelerate's own that the workers see as `variable`, with `fallback` when it is unset.
+Flag acc_var(Setting id, const char* name, const char* group, Type type, const char* variable, const char* fallback,
+             const char* help = "", void (*check)(const S&, O&) = nullptr) {
+  Flag f = acc(id, name, group, type, help, check);
+  f.worker_variable = variable;
+  f.default_shown = fallback;
+  return f;
+}
+
 const std::vector<Flag> kFlags = {
     {.id = Setting::nproc_per_node, .name = "nproc_per_node", .accelerate_key = "num_processes", .default_value = "1",
      .group = kWorkers,
@@ -397,57 +406,63 @@ const std::vector<Flag> kFlags = {
     with_short(acc(Setting::quiet, "quiet", kAccLaunch, Type::switch_,
                    "accepted: dtlaunch never prints a Python stack trace for a failed worker"),
                "-q"),
-    acc(Setting::dynamo_backend, "dynamo_backend", kAccDynamo, Type::text_or_no, "`ACCELERATE_DYNAMO_BACKEND` (default no)",
-        [](const S& t, O&) {
-          if (!trim(t).empty()) one_of(text::upper(t), kDynamoBackends);
-        }),
-    acc(Setting::dynamo_mode, "dynamo_mode", kAccDynamo, Type::text, "`ACCELERATE_DYNAMO_MODE` (default default)"),
-    acc(Setting::dynamo_use_fullgraph, "dynamo_use_fullgraph", kAccDynamo, Type::switch_, "`ACCELERATE_DYNAMO_USE_FULLGRAPH`"),
-    acc(Setting::dynamo_use_dynamic, "dynamo_use_dynamic", kAccDynamo, Type::switch_, "`ACCELERATE_DYNAMO_USE_DYNAMIC`"),
-    acc(Setting::dynamo_use_regional_compilation, "dynamo_use_regional_compilation", kAccDynamo, Type::switch_,
-        "`ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION`"),
-    acc(Setting::fsdp_version, "fsdp_version", kAccFsdp, Type::text, "`FSDP_VERSION` (default 1)"),
-    acc(Setting::fsdp_offload_params, "fsdp_offload_params", kAccFsdp, Type::text, "`FSDP_OFFLOAD_PARAMS` (default false)"),
-    acc(Setting::fsdp_min_num_params, "fsdp_min_num_params", kAccFsdp, Type::text,
-        "`FSDP_MIN_NUM_PARAMS` (default 100000000)", integer),
-    acc(Setting::fsdp_sharding_strategy, "fsdp_sharding_strategy", kAccFsdp, Type::text,
-        "`FSDP_SHARDING_STRATEGY` (default FULL_SHARD)"),
-    acc(Setting::fsdp_reshard_after_forward, "fsdp_reshard_after_forward", kAccFsdp, Type::text,
-        "`FSDP_RESHARD_AFTER_FORWARD` (default true)"),
-    acc(Setting::fsdp_auto_wrap_policy, "fsdp_auto_wrap_policy", kAccFsdp, Type::text, "`FSDP_AUTO_WRAP_POLICY`"),
-    acc(Setting::fsdp_transformer_layer_cls_to_wrap, "fsdp_transformer_layer_cls_to_wrap", kAccFsdp, Type::text,
-        "`FSDP_TRANSFORMER_CLS_TO_WRAP`"),
-    acc(Setting::fsdp_backward_prefetch, "fsdp_backward_prefetch", kAccFsdp, Type::text, "`FSDP_BACKWARD_PREFETCH`"),
-    acc(Setting::fsdp_state_dict_type, "fsdp_state_dict_type", kAccFsdp, Type::text, "`FSDP_STATE_DICT_TYPE`"),
-    acc(Setting::fsdp_forward_prefetch, "fsdp_forward_prefetch", kAccFsdp, Type::text, "`FSDP_FORWARD_PREFETCH` (default false)"),
-    acc(Setting::fsdp_use_orig_params, "fsdp_use_orig_params", kAccFsdp, Type::text, "`FSDP_USE_ORIG_PARAMS` (default true)"),
-    acc(Setting::fsdp_cpu_ram_efficient_loading, "fsdp_cpu_ram_efficient_loading", kAccFsdp, Type::text,
-        "`FSDP_CPU_RAM_EFFICIENT_LOADING` (default true; needs `fsdp_sync_module_states`)"),
-    acc(Setting::fsdp_sync_module_states, "fsdp_sync_module_states", kAccFsdp, Type::text,
-        "`FSDP_SYNC_MODULE_STATES` (default true)"),
-    acc(Setting::fsdp_activation_checkpointing, "fsdp_activation_checkpointing", kAccFsdp, Type::text,
-        "`FSDP_ACTIVATION_CHECKPOINTING` (default false)"),
-    acc(Setting::fsdp_activation_checkpointing_offload, "fsdp_activation_checkpointing_offload", kAccFsdp, Type::text,
-        "`FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD` (default false)"),
-    acc(Setting::fsdp_ignored_modules, "fsdp_ignored_modules", kAccFsdp, Type::text, "`FSDP_IGNORED_MODULES`"),
-    acc(Setting::zero_stage, "zero_stage", kAccDeepspeed, Type::text, "`ACCELERATE_DEEPSPEED_ZERO_STAGE`", integer),
-    acc(Setting::offload_optimizer_device, "offload_optimizer_device", kAccDeepspeed, Type::text,
-        "`ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE`"),
-    acc(Setting::offload_param_device, "offload_param_device", kAccDeepspeed, Type::text,
-        "`ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE`"),
+    acc_var(Setting::dynamo_backend, "dynamo_backend", kAccDynamo, Type::text_or_no, "ACCELERATE_DYNAMO_BACKEND", "no",
+            "", [](const S& t, O&) {
+              if (!trim(t).empty()) one_of(text::upper(t), kDynamoBackends);
+            }),
+    acc_var(Setting::dynamo_mode, "dynamo_mode", kAccDynamo, Type::text, "ACCELERATE_DYNAMO_MODE", "default"),
+    acc_var(Setting::dynamo_use_fullgraph, "dynamo_use_fullgraph", kAccDynamo, Type::switch_,
+            "ACCELERATE_DYNAMO_USE_FULLGRAPH", ""),
+    acc_var(Setting::dynamo_use_dynamic, "dynamo_use_dynamic", kAccDynamo, Type::switch_,
+            "ACCELERATE_DYNAMO_USE_DYNAMIC", ""),
+    acc_var(Setting::dynamo_use_regional_compilation, "dynamo_use_regional_compilation", kAccDynamo, Type::switch_,
+            "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", ""),
+    acc_var(Setting::fsdp_version, "fsdp_version", kAccFsdp, Type::text, "FSDP_VERSION", "1"),
+    acc_var(Setting::fsdp_offload_params, "fsdp_offload_params", kAccFsdp, Type::text, "FSDP_OFFLOAD_PARAMS", "false"),
+    acc_var(Setting::fsdp_min_num_params, "fsdp_min_num_params", kAccFsdp, Type::text, "FSDP_MIN_NUM_PARAMS",
+            "100000000", "", integer),
+    acc_var(Setting::fsdp_sharding_strategy, "fsdp_sharding_strategy", kAccFsdp, Type::text, "FSDP_SHARDING_STRATEGY",
+            "FULL_SHARD"),
+    acc_var(Setting::fsdp_reshard_after_forward, "fsdp_reshard_after_forward", kAccFsdp, Type::text,
+            "FSDP_RESHARD_AFTER_FORWARD", "true"),
+    acc_var(Setting::fsdp_auto_wrap_policy, "fsdp_auto_wrap_policy", kAccFsdp, Type::text, "FSDP_AUTO_WRAP_POLICY", ""),
+    acc_var(Setting::fsdp_transformer_layer_cls_to_wrap, "fsdp_transformer_layer_cls_to_wrap", kAccFsdp, Type::text,
+            "FSDP_TRANSFORMER_CLS_TO_WRAP", ""),
+    acc_var(Setting::fsdp_backward_prefetch, "fsdp_backward_prefetch", kAccFsdp, Type::text, "FSDP_BACKWARD_PREFETCH",
+            ""),
+    acc_var(Setting::fsdp_state_dict_type, "fsdp_state_dict_type", kAccFsdp, Type::text, "FSDP_STATE_DICT_TYPE", ""),
+    acc_var(Setting::fsdp_forward_prefetch, "fsdp_forward_prefetch", kAccFsdp, Type::text, "FSDP_FORWARD_PREFETCH",
+            "false"),
+    acc_var(Setting::fsdp_use_orig_params, "fsdp_use_orig_params", kAccFsdp, Type::text, "FSDP_USE_ORIG_PARAMS", "true"),
+    acc_var(Setting::fsdp_cpu_ram_efficient_loading, "fsdp_cpu_ram_efficient_loading", kAccFsdp, Type::text,
+            "FSDP_CPU_RAM_EFFICIENT_LOADING", "true", "needs `fsdp_sync_module_states`"),
+    acc_var(Setting::fsdp_sync_module_states, "fsdp_sync_module_states", kAccFsdp, Type::text,
+            "FSDP_SYNC_MODULE_STATES", "true"),
+    acc_var(Setting::fsdp_activation_checkpointing, "fsdp_activation_checkpointing", kAccFsdp, Type::text,
+            "FSDP_ACTIVATION_CHECKPOINTING", "false"),
+    acc_var(Setting::fsdp_activation_checkpointing_offload, "fsdp_activation_checkpointing_offload", kAccFsdp,
+            Type::text, "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD", "false"),
+    acc_var(Setting::fsdp_ignored_modules, "fsdp_ignored_modules", kAccFsdp, Type::text, "FSDP_IGNORED_MODULES", ""),
+    acc_var(Setting::zero_stage, "zero_stage", kAccDeepspeed, Type::text, "ACCELERATE_DEEPSPEED_ZERO_STAGE", "", "",
+            integer),
+    acc_var(Setting::offload_optimizer_device, "offload_optimizer_device", kAccDeepspeed, Type::text,
+            "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", ""),
+    acc_var(Setting::offload_param_device, "offload_param_device", kAccDeepspeed, Type::text,
+            "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", ""),
     acc(Setting::offload_optimizer_nvme_path, "offload_optimizer_nvme_path", kAccDeepspeed, Type::text,
         "accepted: accelerate launch passes it to no worker either"),
     acc(Setting::offload_param_nvme_path, "offload_param_nvme_path", kAccDeepspeed, Type::text,
         "accepted: accelerate launch passes it to no worker either"),
-    acc(Setting::gradient_accumulation_steps, "gradient_accumulation_steps", kAccDeepspeed, Type::text,
-        "`ACCELERATE_GRADIENT_ACCUMULATION_STEPS`", integer),
-    acc(Setting::gradient_clipping, "gradient_clipping", kAccDeepspeed, Type::text, "`ACCELERATE_GRADIENT_CLIPPING`",
-        [](const S& t, O&) { number(t); }),
-    acc(Setting::zero3_init_flag, "zero3_init_flag", kAccDeepspeed, Type::text, "`ACCELERATE_DEEPSPEED_ZERO3_INIT`"),
-    acc(Setting::zero3_save_16bit_model, "zero3_save_16bit_model", kAccDeepspeed, Type::text,
-        "`ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL`"),
-    acc(Setting::deepspeed_config_file, "deepspeed_config_file", kAccDeepspeed, Type::text,
-        "`ACCELERATE_DEEPSPEED_CONFIG_FILE`"),
+    acc_var(Setting::gradient_accumulation_steps, "gradient_accumulation_steps", kAccDeepspeed, Type::text,
+            "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "", "", integer),
+    acc_var(Setting::gradient_clipping, "gradient_clipping", kAccDeepspeed, Type::text, "ACCELERATE_GRADIENT_CLIPPING",
+            "", "", [](const S& t, O&) { number(t); }),
+    acc_var(Setting::zero3_init_flag, "zero3_init_flag", kAccDeepspeed, Type::text, "ACCELERATE_DEEPSPEED_ZERO3_INIT",
+            ""),
+    acc_var(Setting::zero3_save_16bit_model, "zero3_save_16bit_model", kAccDeepspeed, Type::text,
+            "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", ""),
+    acc_var(Setting::deepspeed_config_file, "deepspeed_config_file", kAccDeepspeed, Type::text,
+            "ACCELERATE_DEEPSPEED_CONFIG_FILE", ""),
     acc(Setting::deepspeed_multinode_launcher, "deepspeed_multinode_launcher", kAccDeepspeed, Type::text,
         "several machines: `standard` and `nossh` start one dtlaunch per machine (torchrun's way); `pdsh` (the "
         "default), `openmpi`, `mvapich`, `mpich`: dtlaunch's ssh fan-out over `deepspeed_hostfile`; all but "
@@ -458,24 +473,26 @@ const std::vector<Flag> kFlags = {
         "with `deepspeed_hostfile`: `--exclude`"),
     acc(Setting::deepspeed_inclusion_filter, "deepspeed_inclusion_filter", kAccDeepspeed, Type::text,
         "with `deepspeed_hostfile`: `--include`"),
-    acc(Setting::deepspeed_moe_layer_cls_names, "deepspeed_moe_layer_cls_names", kAccDeepspeed, Type::text,
-        "`ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES`"),
-    acc(Setting::fp8_backend, "fp8_backend", kAccFp8, Type::text, "`ACCELERATE_FP8_BACKEND` (with `mixed_precision` fp8)"),
-    acc(Setting::fp8_use_autocast_during_eval, "fp8_use_autocast_during_eval", kAccFp8, Type::switch_,
-        "`ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL`"),
-    acc(Setting::fp8_margin, "fp8_margin", kAccFp8, Type::text, "`ACCELERATE_FP8_MARGIN` (default 0)", integer),
-    acc(Setting::fp8_interval, "fp8_interval", kAccFp8, Type::text, "`ACCELERATE_FP8_INTERVAL` (default 1)", integer),
-    acc(Setting::fp8_format, "fp8_format", kAccFp8, Type::text, "`ACCELERATE_FP8_FORMAT` (default HYBRID)"),
-    acc(Setting::fp8_amax_history_len, "fp8_amax_history_len", kAccFp8, Type::text,
-        "`ACCELERATE_FP8_AMAX_HISTORY_LEN` (default 1024)", integer),
-    acc(Setting::fp8_amax_compute_algo, "fp8_amax_compute_algo", kAccFp8, Type::text,
-        "`ACCELERATE_FP8_AMAX_COMPUTE_ALGO` (default most_recent)"),
-    acc(Setting::fp8_override_linear_precision, "fp8_override_linear_precision", kAccFp8, Type::text,
-        "`ACCELERATE_FP8_OVERRIDE_FPROP`, `_DGRAD`, `_WGRAD` (default False,False,False)"),
-    acc(Setting::fp8_opt_level, "fp8_opt_level", kAccFp8, Type::text, "`ACCELERATE_FP8_OPT_LEVEL` (default O2)"),
-    acc(Setting::fp8_enable_fsdp_float8_all_gather, "fp8_enable_fsdp_float8_all_gather", kAccFp8, Type::text,
-        "`ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER` (default true)"),
-    acc(Setting::fp8_pad_inner_dim, "fp8_pad_inner_dim", kAccFp8, Type::text, "`ACCELERATE_FP8_PAD_INNER_DIM` (default true)"),
+    acc_var(Setting::deepspeed_moe_layer_cls_names, "deepspeed_moe_layer_cls_names", kAccDeepspeed, Type::text,
+            "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", ""),
+    acc_var(Setting::fp8_backend, "fp8_backend", kAccFp8, Type::text, "ACCELERATE_FP8_BACKEND", "",
+            "with `mixed_precision` fp8"),
+    acc_var(Setting::fp8_use_autocast_during_eval, "fp8_use_autocast_during_eval", kAccFp8, Type::switch_,
+            "ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", "False"),
+    acc_var(Setting::fp8_margin, "fp8_margin", kAccFp8, Type::text, "ACCELERATE_FP8_MARGIN", "0", "", integer),
+    acc_var(Setting::fp8_interval, "fp8_interval", kAccFp8, Type::text, "ACCELERATE_FP8_INTERVAL", "1", "", integer),
+    acc_var(Setting::fp8_format, "fp8_format", kAccFp8, Type::text, "ACCELERATE_FP8_FORMAT", "HYBRID"),
+    acc_var(Setting::fp8_amax_history_len, "fp8_amax_history_len", kAccFp8, Type::text,
+            "ACCELERATE_FP8_AMAX_HISTORY_LEN", "1024", "", integer),
+    acc_var(Setting::fp8_amax_compute_algo, "fp8_amax_compute_algo", kAccFp8, Type::text,
+            "ACCELERATE_FP8_AMAX_COMPUTE_ALGO", "most_recent"),
+    // Three variables: FPROP, DGRAD and WGRAD, in the default's order.
+    acc_var(Setting::fp8_override_linear_precision, "fp8_override_linear_precision", kAccFp8, Type::text, "",
+            "False,False,False", "`ACCELERATE_FP8_OVERRIDE_FPROP`, `_DGRAD`, `_WGRAD`"),
+    acc_var(Setting::fp8_opt_level, "fp8_opt_level", kAccFp8, Type::text, "ACCELERATE_FP8_OPT_LEVEL", "O2"),
+    acc_var(Setting::fp8_enable_fsdp_float8_all_gather, "fp8_enable_fsdp_float8_all_gather", kAccFp8, Type::text,
+            "ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", "1"),
+    acc_var(Setting::fp8_pad_inner_dim, "fp8_pad_inner_dim", kAccFp8, Type::text, "ACCELERATE_FP8_PAD_INNER_DIM", "1"),
 };
 #pragma GCC diagnostic pop
 
@@ -567,6 +584,11 @@ std::vector<std::string> help_groups() {
   return groups;
 }
 
+std::string help_text(const Flag& f) {
+  if (!*f.worker_variable) return f.help;
+  return code(f.worker_variable) + (*f.help ? std::string("; ") + f.help : "");
+}
+
 std::string flags_markdown() {
   std::string out;
   for (const auto& group : help_groups()) {
@@ -580,7 +602,7 @@ std::string flags_markdown() {
                         : *f.default_shown      ? f.default_shown
                         : *f.default_value      ? code(f.default_value)
                                                 : "—";
-      out += "| " + spelled + " | " + def + " | " + f.help + " |\n";
+      out += "| " + spelled + " | " + def + " | " + help_text(f) + " |\n";
     }
   }
   return out;

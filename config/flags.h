@@ -46,6 +46,9 @@ struct Flag {
   bool secret = false;
   /// Other tools' names of the same setting with the same meaning (deepspeed's `num_gpus`).
   std::vector<const char*> aliases = {};
+  /// accelerate's rows: the variable accelerate launch gives the workers for this setting, or "".
+  /// For these rows `default_shown` is the value the workers get when the setting is unset.
+  const char* worker_variable = "";
 };
 
 /// The table, one row per Setting, in Setting order.
@@ -64,6 +67,8 @@ std::vector<std::string> secret_variables();
 /// accelerate launch's flags that dtlaunch refuses, and why, for "--flag": "" when dtlaunch knows
 /// no such accelerate flag.
 std::string refused_accelerate_flag(const std::string& flag);
+/// The row's help, led by its worker variable when it has one ("`FSDP_VERSION`; ...").
+std::string help_text(const Flag& f);
 /// The --help sections, in order.
 std::vector<std::string> help_groups();
 /// docs/cli.md's flag tables, one per --help section (flag | default | meaning).

@@ -7,6 +7,8 @@
 
 #include "config/accelerate.h"
 #include "config/command_line.h"
+#include "config/flags.h"
+#include "base/text.h"
 #include "fake_env.h"
 
 using namespace dtl::config;
@@ -216,6 +218,23 @@ TEST_CASE("fp8 runs get every ACCELERATE_FP8_ variable with the parser's default
   CHECK(v["ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER"] == "1");
   CHECK(v["ACCELERATE_FP8_OVERRIDE_WGRAD"] == "False");
   CHECK(variables(ok({"launch", "--mixed_precision=bf16", "t.py"}), {}).count("ACCELERATE_FP8_FORMAT") == 0);
+}
+
+TEST_CASE("each accelerate row with a worker variable and a default gives the workers that default when unset") {
+  // One run of each kind that sets none of these rows: every default must reach the workers.
+  auto fsdp = variables(ok({"launch", "--use_fsdp", "--num_processes=2", "t.py"}), {.nproc_per_node = 2});
+  auto fp8 = variables(ok({"launch", "--multi_gpu", "--mixed_precision=fp8", "--num_processes=2", "t.py"}),
+                       {.nproc_per_node = 2});
+  int checked = 0;
+  for (const Flag& f : flags()) {
+    if (!*f.worker_variable || !*f.default_shown) continue;
+    const auto& v = std::string(f.name).rfind("fsdp_", 0) == 0 ? fsdp : fp8;
+    INFO(f.name);
+    REQUIRE(v.count(f.worker_variable) == 1);
+    CHECK(dtl::text::lower(v.at(f.worker_variable)) == dtl::text::lower(f.default_shown));
+    ++checked;
+  }
+  CHECK(checked == 22);  // 11 FSDP, 9 fp8, 2 dynamo rows
 }
 
 TEST_CASE("without a file or a kind flag, more than one GPU and process is accelerate's multi-GPU run") {
