@@ -5,9 +5,13 @@
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/dropout.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/autograd.h>
 #include <torch/nn/init.h>
 #include <torch/version.h>
 
+#include <ATen/Context.h>
+
+#include "autocast.h"
 #include "fused_ops.h"
 
 namespace dtl::train {
@@ -22,6 +26,46 @@ namespace {
 torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   return at::linear(x, layer->weight, layer->bias);
 }
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// A block run without keeping its activations: backward runs it again, with grad mode on and the
+/// first run's autocast and random state (its dropout masks), and backpropagates through that.
+/// This is torch.utils.checkpoint's reentrant form; the parameters' gradients arrive through
+/// their own accumulators, so the gradient reducer's hooks see them as without it.
+class Recompute : public torch::autograd::Function<Recompute> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, BlockImpl* block, bool random) {
+    ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);  // the module outlives its graph
+    ctx->saved_data["autocast"] = autocast_enabled(x.device());
+    if (random) ctx->saved_data["rng"] = at::globalContext().defaultGenerator(x.device()).get_state();
+    ctx->save_for_backward({x});
+    return block->forward(x);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* block = reinterpret_cast<BlockImpl*>(ctx->saved_data["block"].toInt());
+    const at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    at::Tensor y;
+    {
+      torch::AutoGradMode grad_mode(true);
+      Autocast autocast(ctx->saved_data["autocast"].toBool(), x.device());
+      auto it = ctx->saved_data.find("rng");
+      if (it == ctx->saved_data.end()) {
+        y = block->forward(x);
+      } else {
+        at::Generator generator = at::globalContext().defaultGenerator(x.device());
+        const at::Tensor now = generator.get_state();
+        generator.set_state(it->second.toTensor());
+        y = block->forward(x);
+        generator.set_state(now);
+      }
+    }
+    torch::autograd::backward({y}, {grads[0]});
+    return {x.grad(), torch::Tensor(), torch::Tensor()};
+  }
+};
 
 }  // namespace
 
@@ -99,7 +143,11 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   if (is_training() && shape_.dropout > 0) {
     x = F::dropout(x, F::DropoutFuncOptions().p(shape_.dropout).training(true));
   }
-  for (auto& block : *blocks_) x = block->as<Block>()->forward(x);
+  const bool recompute = checkpointing_ && is_training() && torch::GradMode::is_enabled();
+  for (auto& block : *blocks_) {
+    BlockImpl* b = block->as<Block>();
+    x = recompute ? Recompute::apply(x, b, shape_.dropout > 0) : b->forward(x);
+  }
   return torch::linear(ln_f_->forward(x), tok_->weight);
 }
 

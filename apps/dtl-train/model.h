@@ -39,12 +39,16 @@ class GptImpl : public torch::nn::Module {
   /// Mean next-token cross-entropy of (batch, context + 1) tokens, computed in fp32.
   torch::Tensor loss(const torch::Tensor& tokens);
   const ModelShape& shape() const { return shape_; }
+  /// Activation checkpointing: in training, each block keeps only its input, and backward runs
+  /// the block again to get what its gradients need (the same gradients, less memory).
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
 
  private:
   ModelShape shape_;
   torch::nn::Embedding tok_{nullptr}, pos_{nullptr};
   torch::nn::ModuleList blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};
+  bool checkpointing_ = false;
 };
 TORCH_MODULE(Gpt);
 

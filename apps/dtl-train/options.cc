@@ -1,6 +1,9 @@
 #include "options.h"
 
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -46,6 +49,75 @@ int parse_int(const EnvLookup& env, const std::string& name, int fallback, int m
     throw std::invalid_argument(name + ": expected an integer >= " + std::to_string(min) + " (got '" + *v + "')");
   }
   return static_cast<int>(n);
+}
+
+/// accelerate's str_to_bool: 1 for y/yes/t/true/on/1, 0 for n/no/f/false/off/0, else -1.
+int str_to_bool(std::string v) {
+  for (auto& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v == "y" || v == "yes" || v == "t" || v == "true" || v == "on" || v == "1") return 1;
+  if (v == "n" || v == "no" || v == "f" || v == "false" || v == "off" || v == "0") return 0;
+  return -1;
+}
+
+/// The settings accelerate's variables give, for those whose flag was not given (`given`), with
+/// their sources; a bad value or a sharded run is one line.
+std::string apply_accelerate_env(TrainOptions& v, const std::set<std::string>& given, const EnvLookup& env) {
+  auto read = [&](const std::string& var) {
+    auto value = env(var);
+    return value ? *value : std::string();
+  };
+  for (const char* name : {"mixed_precision", "grad_accum", "grad_clip", "activation_checkpointing"}) {
+    v.sources[name] = given.count(name) ? std::string("--") + name : "default";
+  }
+  if (const std::string mp = read("ACCELERATE_MIXED_PRECISION"); !mp.empty() && !given.count("mixed_precision")) {
+    if (mp != "no" && mp != "bf16") return "ACCELERATE_MIXED_PRECISION=" + mp + " is not supported (use no or bf16)";
+    v.mixed_precision = mp;
+    v.sources["mixed_precision"] = "ACCELERATE_MIXED_PRECISION";
+  }
+  if (const std::string n = read("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"); !n.empty() && !given.count("grad_accum")) {
+    char* end = nullptr;
+    errno = 0;
+    const long steps = std::strtol(n.c_str(), &end, 10);
+    if (errno || *end || steps < 1 || steps > 1'000'000) {
+      return "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=" + n + ": expected an integer >= 1";
+    }
+    v.grad_accum = static_cast<int>(steps);
+    v.sources["grad_accum"] = "ACCELERATE_GRADIENT_ACCUMULATION_STEPS";
+  }
+  // "auto" leaves it to DeepSpeed's own config in accelerate; here, to dtl-train's default.
+  if (const std::string c = read("ACCELERATE_GRADIENT_CLIPPING"); !c.empty() && c != "auto" && !given.count("grad_clip")) {
+    char* end = nullptr;
+    const double clip = std::strtod(c.c_str(), &end);
+    if (*end || !(clip >= 0) || clip > 1e30) return "ACCELERATE_GRADIENT_CLIPPING=" + c + ": expected a number >= 0";
+    v.grad_clip = clip;
+    v.sources["grad_clip"] = "ACCELERATE_GRADIENT_CLIPPING";
+  }
+  const bool fsdp = str_to_bool(read("ACCELERATE_USE_FSDP")) == 1;
+  if (fsdp && !given.count("activation_checkpointing")) {
+    if (const std::string a = read("FSDP_ACTIVATION_CHECKPOINTING"); !a.empty()) {
+      if (str_to_bool(a) < 0) return "FSDP_ACTIVATION_CHECKPOINTING=" + a + ": expected true or false";
+      v.activation_checkpointing = str_to_bool(a) == 1;
+      v.sources["activation_checkpointing"] = "FSDP_ACTIVATION_CHECKPOINTING";
+    }
+  }
+  // Sharding is asked for in accelerate's terms; dtl-train keeps every state whole on every rank.
+  const std::string unsharded = ": dtl-train is data parallel only and shards nothing";
+  if (str_to_bool(read("ACCELERATE_USE_DEEPSPEED")) == 1) {
+    const std::string stage = read("ACCELERATE_DEEPSPEED_ZERO_STAGE");
+    if (!stage.empty() && stage != "0") return "ACCELERATE_DEEPSPEED_ZERO_STAGE=" + stage + unsharded;
+    const std::string offload = read("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE");
+    if (!offload.empty() && offload != "none") {
+      return "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=" + offload + ": dtl-train keeps the optimizer state on its device";
+    }
+  }
+  if (fsdp) {
+    const std::string strategy = read("FSDP_SHARDING_STRATEGY");
+    // accelerate's default is FULL_SHARD, and it takes the strategy's number (1-5) too.
+    if (strategy != "NO_SHARD" && strategy != "3") {
+      return "FSDP_SHARDING_STRATEGY=" + (strategy.empty() ? std::string("FULL_SHARD (unset)") : strategy) + unsharded;
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -107,7 +179,9 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
   app.add_option("--vocab", v.model.vocab, "vocabulary size (>= 256 with --data)");
   app.add_option("--dropout", v.model.dropout, "dropout probability (default 0)");
   app.add_option("--batch_size", v.batch_size, "sequences per rank per micro-batch (global batch = this x world x grad_accum)");
-  app.add_option("--grad_accum", v.grad_accum, "micro-batches per step; gradients are communicated on the last only");
+  auto* accum = app.add_option("--grad_accum", v.grad_accum,
+                               "micro-batches per step; gradients are communicated on the last only "
+                               "(default: ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1)");
   app.add_option("--steps", v.steps, "optimizer steps in total (a resumed run continues up to this)");
   app.add_option("--lr", v.lr, "peak learning rate (AdamW)");
   app.add_option("--min_lr", v.min_lr, "learning rate at the end of the cosine (default lr/10)");
@@ -115,13 +189,17 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
   app.add_option("--weight_decay", v.weight_decay, "AdamW weight decay on matrices (default 0.1)");
   app.add_option("--beta1", v.beta1, "AdamW beta1 (default 0.9)");
   app.add_option("--beta2", v.beta2, "AdamW beta2 (default 0.95)");
-  app.add_option("--grad_clip", v.grad_clip, "clip the global gradient norm to this; 0 disables (default 1)");
+  auto* clip = app.add_option("--grad_clip", v.grad_clip,
+                              "clip the global gradient norm to this; 0 disables (default: ACCELERATE_GRADIENT_CLIPPING, else 1)");
   app.add_option("--seed", v.seed, "seed of the initial parameters and of the synthetic data");
   app.add_option("--data", v.data, "text file for byte-level language modelling (default: synthetic tokens)");
   app.add_option("--backend", v.backend, "auto, nccl or gloo (auto: NCCL on CUDA when built with it, else Gloo)");
   app.add_option("--device", v.device, "auto, cpu or cuda");
   auto* mp = app.add_option("--mixed_precision", v.mixed_precision,
                  "no or bf16 (default: ACCELERATE_MIXED_PRECISION, else no)");
+  auto* checkpointing = app.add_flag("--activation_checkpointing", v.activation_checkpointing,
+               "recompute each block's activations in backward: less memory, the same gradients "
+               "(default: FSDP_ACTIVATION_CHECKPOINTING in an FSDP run, else off)");
   app.add_option("--cpu_kernels", v.cpu_kernels,
                  "fused (default: dtl-train's GELU and causal attention on CPU float tensors) or torch (torch's ops)");
   app.add_option("--bucket_mb", v.bucket_mb, "gradient bucket size in MB for the overlapped allreduce (default 25)");
@@ -151,14 +229,13 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
             "dtl-train: error: " + (first.rfind("-", 0) == 0 ? "unknown option " + first : "unexpected argument '" + first + "'") +
                 " (see dtl-train --help)"};
   }
-  if (!mp->count()) {
-    if (auto acc = env("ACCELERATE_MIXED_PRECISION"); acc && !acc->empty()) {
-      if (*acc != "no" && *acc != "bf16") {
-        return {std::nullopt, 2,
-                "dtl-train: error: ACCELERATE_MIXED_PRECISION=" + *acc + " is not supported (use no or bf16)"};
-      }
-      v.mixed_precision = *acc;
-    }
+  std::set<std::string> given;
+  for (const auto& [name, option] : {std::pair{"mixed_precision", mp}, {"grad_accum", accum}, {"grad_clip", clip},
+                                     {"activation_checkpointing", checkpointing}}) {
+    if (option->count()) given.insert(name);
+  }
+  if (std::string problem = apply_accelerate_env(v, given, env); !problem.empty()) {
+    return {std::nullopt, 2, "dtl-train: error: " + problem};
   }
   if (std::string problem = check_options(v); !problem.empty()) {
     return {std::nullopt, 2, "dtl-train: error: " + problem};

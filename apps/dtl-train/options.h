@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ struct TrainOptions {
   std::string backend = "auto";  ///< auto, nccl or gloo
   std::string device = "auto";   ///< auto, cpu or cuda
   std::string mixed_precision = "no";  ///< no or bf16
+  bool activation_checkpointing = false;  ///< recompute each block's activations in backward
   std::string cpu_kernels = "fused";  ///< fused (fused_ops.h where they apply) or torch (torch's ops only)
   double bucket_mb = 25;
   double timeout_s = 300;  ///< collectives and the store give up after this long
@@ -51,6 +53,9 @@ struct TrainOptions {
   long long fail_at_step = -1;  ///< fault injection for tests, only on the first attempt
   int fail_rank = 0;
   std::string fail_how = "raise";  ///< raise (error file, exit 1), kill (SIGKILL) or hang (peers must time out)
+  /// Where the settings that accelerate's variables may give came from, for the start line:
+  /// "--grad_accum", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS" or "default" (the preset's).
+  std::map<std::string, std::string> sources;
 
   double effective_min_lr() const { return min_lr < 0 ? lr / 10 : min_lr; }
   long long effective_warmup() const { return warmup < 0 ? std::min<long long>(100, steps / 10) : warmup; }
@@ -78,7 +83,11 @@ struct ParseResult {
 };
 
 /// Parses the arguments after argv[0]; errors are one line starting "dtl-train: error: ".
-/// ACCELERATE_MIXED_PRECISION is read from `env` when --mixed_precision is not given.
+/// What dtlaunch (or accelerate launch) exports from accelerate's files and flags is read from
+/// `env` for each setting whose flag is not given: ACCELERATE_MIXED_PRECISION,
+/// ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_GRADIENT_CLIPPING and, in an FSDP run,
+/// FSDP_ACTIVATION_CHECKPOINTING. A sharded run (ZeRO stage 1-3, FSDP's sharding) is refused:
+/// dtl-train is data parallel only.
 ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLookup& env);
 
 /// The launcher's variables; throws std::invalid_argument naming the variable and its value.

@@ -9,12 +9,12 @@
 #include <fstream>
 #include <sstream>
 
-#include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 #include <torch/serialize.h>
 #include <torch/utils.h>
 
 #include "atomic_file.h"
+#include "autocast.h"
 #include "blas.h"
 #include "comm.h"
 #include "data.h"
@@ -82,44 +82,6 @@ std::string kernels_used(const TrainOptions& o, c10::Device device) {
   if (!fused_attention_usable(given)) return "fused GELU, torch's attention (no sgemm in the process)";
   return "fused GELU and attention";
 }
-
-/// bf16 autocast around a forward pass (libtorch 1.13 and 2.x spell it differently).
-class Autocast {
- public:
-  Autocast(bool on, c10::Device device) : on_(on), cuda_(device.is_cuda()) {
-    if (!on_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_enabled(device.type(), true);
-    at::autocast::set_autocast_dtype(device.type(), at::kBFloat16);
-#else
-    if (cuda_) {
-      at::autocast::set_enabled(true);
-      at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-    } else {
-      at::autocast::set_cpu_enabled(true);
-      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    }
-#endif
-    at::autocast::increment_nesting();
-  }
-  ~Autocast() {
-    if (!on_) return;
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_enabled(cuda_ ? c10::kCUDA : c10::kCPU, false);
-#else
-    if (cuda_) {
-      at::autocast::set_enabled(false);
-    } else {
-      at::autocast::set_cpu_enabled(false);
-    }
-#endif
-  }
-
- private:
-  bool on_;
-  bool cuda_;
-};
 
 /// Where the run stands: what a checkpoint stores besides the model and the optimizer.
 struct Progress {
@@ -193,6 +155,12 @@ std::unique_ptr<TokenSource> open_data(const TrainOptions& o) {
   }
 }
 
+/// "grad_accum 4 (ACCELERATE_GRADIENT_ACCUMULATION_STEPS)": a setting, its value and its source.
+std::string sourced(const TrainOptions& o, const std::string& name, const std::string& value) {
+  auto it = o.sources.find(name);
+  return name + " " + value + (it == o.sources.end() ? "" : " (" + it->second + ")");
+}
+
 void say(const std::string& line) {
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
@@ -212,6 +180,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   doing = "building the model";
   torch::manual_seed(o.seed);
   Gpt model(o.model, o.cpu_kernels == "fused");
+  model->set_activation_checkpointing(o.activation_checkpointing);
   model->to(device);
   model->train();
   std::vector<at::Tensor> decay, no_decay, params;
@@ -249,8 +218,11 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
     s << "dtl-train: " << env.world_size << " rank(s), " << placement.backend << " on " << device.str() << ", "
       << (parameter_count(o.model) / 1e6) << "M parameters (" << shape_text(o.model) << "), global batch "
       << batching.global() << " x " << o.model.context << " tokens, " << reducer.bucket_count()
-      << " gradient buckets, " << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision " << o.mixed_precision << ", " << kernels_used(o, device) << ", data "
-      << data->describe();
+      << " gradient buckets, " << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision "
+      << o.mixed_precision << ", " << kernels_used(o, device) << ", data " << data->describe() << "; "
+      << sourced(o, "mixed_precision", o.mixed_precision) << ", " << sourced(o, "grad_accum", std::to_string(o.grad_accum))
+      << ", " << sourced(o, "grad_clip", c10::str(o.grad_clip)) << ", "
+      << sourced(o, "activation_checkpointing", o.activation_checkpointing ? "on" : "off");
     say(s.str());
     if (auto blas = loaded_blas(); blas && !device.is_cuda()) {
       if (auto advice = blas_advice(*blas); !advice.empty()) say("dtl-train: warning: " + advice);

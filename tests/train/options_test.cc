@@ -65,6 +65,50 @@ TEST_CASE("dtl-train: ACCELERATE_MIXED_PRECISION is used unless the flag is give
   CHECK(fp16.output == "dtl-train: error: ACCELERATE_MIXED_PRECISION=fp16 is not supported (use no or bf16)");
 }
 
+TEST_CASE("dtl-train: accelerate's variables give grad_accum, grad_clip and FSDP's checkpointing; flags win") {
+  const std::map<std::string, std::string> acc = {{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"},
+                                                  {"ACCELERATE_GRADIENT_CLIPPING", "0.5"},
+                                                  {"ACCELERATE_USE_FSDP", "true"},
+                                                  {"FSDP_SHARDING_STRATEGY", "NO_SHARD"},
+                                                  {"FSDP_ACTIVATION_CHECKPOINTING", "true"}};
+  auto r = parse({}, acc);
+  REQUIRE(r.options);
+  CHECK(r.options->grad_accum == 4);
+  CHECK(r.options->grad_clip == 0.5);
+  CHECK(r.options->activation_checkpointing);
+  CHECK(r.options->sources.at("grad_accum") == "ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
+  CHECK(r.options->sources.at("activation_checkpointing") == "FSDP_ACTIVATION_CHECKPOINTING");
+  CHECK(r.options->sources.at("mixed_precision") == "default");
+  auto flags = parse({"--grad_accum", "2", "--grad_clip=0", "--activation_checkpointing=false"}, acc);
+  REQUIRE(flags.options);
+  CHECK(flags.options->grad_accum == 2);
+  CHECK(flags.options->grad_clip == 0);
+  CHECK_FALSE(flags.options->activation_checkpointing);
+  CHECK(flags.options->sources.at("grad_clip") == "--grad_clip");
+  // FSDP's variable counts only in an FSDP run, as accelerate reads it; "auto" clipping is the default.
+  auto no_fsdp = parse({}, {{"FSDP_ACTIVATION_CHECKPOINTING", "true"}, {"ACCELERATE_GRADIENT_CLIPPING", "auto"}});
+  CHECK_FALSE(no_fsdp.options->activation_checkpointing);
+  CHECK(no_fsdp.options->grad_clip == 1.0);
+}
+
+TEST_CASE("dtl-train: a bad accelerate variable or a sharded run is one line naming the variable") {
+  CHECK(parse({}, {{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "0"}}).output ==
+        "dtl-train: error: ACCELERATE_GRADIENT_ACCUMULATION_STEPS=0: expected an integer >= 1");
+  CHECK(parse({}, {{"ACCELERATE_GRADIENT_CLIPPING", "-1"}}).output ==
+        "dtl-train: error: ACCELERATE_GRADIENT_CLIPPING=-1: expected a number >= 0");
+  CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_SHARDING_STRATEGY", "NO_SHARD"},
+                   {"FSDP_ACTIVATION_CHECKPOINTING", "maybe"}})
+            .output == "dtl-train: error: FSDP_ACTIVATION_CHECKPOINTING=maybe: expected true or false");
+  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"}}).output ==
+        "dtl-train: error: ACCELERATE_DEEPSPEED_ZERO_STAGE=2: dtl-train is data parallel only and shards nothing");
+  CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}}).output ==
+        "dtl-train: error: FSDP_SHARDING_STRATEGY=FULL_SHARD (unset): dtl-train is data parallel only and shards "
+        "nothing");
+  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "0"}}).options);
+  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu"}})
+            .exit_code == 2);
+}
+
 TEST_CASE("dtl-train: --help prints the flags and exits 0") {
   auto r = parse({"--help"});
   CHECK_FALSE(r.options);

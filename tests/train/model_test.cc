@@ -1,0 +1,93 @@
+// dtl-train's model: activation checkpointing gives the gradients that keeping the activations
+// gives, with dropout (the recompute draws the same masks) and under bf16 autocast (the recompute
+// runs under it again, though backward runs outside it).
+// REQUIRE, not CHECK: libtorch's logging headers (glog) redefine CHECK.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include <torch/torch.h>
+
+#include "autocast.h"
+#include "model.h"
+
+using dtl::train::Autocast;
+using dtl::train::Gpt;
+using dtl::train::ModelShape;
+
+namespace {
+
+struct Run {
+  at::Tensor loss;
+  std::vector<at::Tensor> grads;
+  int recomputed_blocks = 0;  ///< the graph's nodes that run a block again in backward
+};
+
+int count_recompute_nodes(const at::Tensor& loss) {
+  std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  int count = 0;
+  while (!todo.empty()) {
+    torch::autograd::Node* node = todo.back();
+    todo.pop_back();
+    if (!node || !seen.insert(node).second) continue;
+    if (node->name().find("Recompute") != std::string::npos) ++count;
+    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
+  }
+  return count;
+}
+
+/// One forward and backward of a fresh model (the same parameters every time) on fixed tokens.
+Run run(const ModelShape& shape, bool checkpointing, bool bf16) {
+  torch::manual_seed(7);
+  Gpt model(shape, /*fused_cpu=*/true);
+  model->train();
+  model->set_activation_checkpointing(checkpointing);
+  const at::Tensor tokens = torch::randint(shape.vocab, {3, shape.context + 1}, torch::kLong);
+  torch::manual_seed(11);  // the dropout masks' stream
+  Run r;
+  {
+    Autocast autocast(bf16, c10::kCPU);
+    r.loss = model->loss(tokens);
+  }
+  r.recomputed_blocks = count_recompute_nodes(r.loss);
+  r.loss.backward();  // outside autocast, as dtl-train does
+  for (const auto& p : model->parameters()) r.grads.push_back(p.grad().clone());
+  return r;
+}
+
+void require_same(const Run& a, const Run& b) {
+  REQUIRE(a.loss.item<double>() == b.loss.item<double>());
+  REQUIRE(a.grads.size() == b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    INFO("parameter " << i);
+    REQUIRE(a.grads[i].defined());
+    REQUIRE(torch::equal(a.grads[i], b.grads[i]));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("activation checkpointing gives the loss and gradients of keeping the activations, bit for bit") {
+  const ModelShape shape{2, 64, 4, 32, 256, 0.0};
+  const Run with = run(shape, true, false), without = run(shape, false, false);
+  REQUIRE(with.recomputed_blocks == 2);  // each block keeps only its input
+  REQUIRE(without.recomputed_blocks == 0);
+  require_same(with, without);
+}
+
+TEST_CASE("activation checkpointing recomputes with the first run's dropout masks") {
+  ModelShape shape{2, 64, 4, 32, 256, 0.2};
+  const Run with = run(shape, true, false), without = run(shape, false, false);
+  require_same(with, without);
+  // The masks matter: another stream gives another loss, so equality above is not by accident.
+  shape.dropout = 0.3;
+  REQUIRE(run(shape, true, false).loss.item<double>() != with.loss.item<double>());
+}
+
+TEST_CASE("activation checkpointing recomputes under bf16 autocast when backward runs outside it") {
+  const ModelShape shape{2, 64, 4, 32, 256, 0.0};
+  const Run with = run(shape, true, true), without = run(shape, false, true);
+  require_same(with, without);
+  REQUIRE(with.loss.item<double>() != run(shape, true, false).loss.item<double>());  // autocast was on
+}
