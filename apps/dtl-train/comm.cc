@@ -109,10 +109,12 @@ double allreduce_mean(Comm& comm, const at::Tensor& scalar) {
 }
 
 Reducer::Reducer(Comm& comm, std::vector<at::Tensor> params, std::vector<std::string> names, size_t bucket_bytes,
-                 bool measure_overlap)
-    : comm_(comm), params_(std::move(params)), names_(std::move(names)), measure_overlap_(measure_overlap) {
+                 bool measure_overlap, int zero_stage)
+    : comm_(comm), params_(std::move(params)), names_(std::move(names)), measure_overlap_(measure_overlap),
+      zero_stage_(zero_stage) {
   slots_.resize(params_.size());
   seen_.resize(params_.size());
+  options_ = params_.front().options();
   // Like DDP, the first bucket is small (1 MB) so that communication starts early in backward.
   size_t bytes = 0, cap = std::min<size_t>(bucket_bytes, 1 << 20);
   for (size_t i = params_.size(); i-- > 0;) {
@@ -132,7 +134,12 @@ Reducer::Reducer(Comm& comm, std::vector<at::Tensor> params, std::vector<std::st
       slots_[i].offset = n;
       n += params_[i].numel();
     }
-    b.buffer = at::zeros({n}, params_[b.params.front()].options());
+    b.padded = zero_stage_ > 0 ? (n + comm_.world - 1) / comm_.world * comm_.world : n;
+    if (zero_stage_ == 2) {
+      b.owned = at::zeros({b.padded / comm_.world}, options_);
+    } else {
+      b.buffer = at::zeros({b.padded}, options_);
+    }
   }
   world_ = at::scalar_tensor(static_cast<double>(comm_.world), at::kDouble);  // x / world, as div_(world) rounds
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -151,8 +158,8 @@ double Reducer::now() const {
 }
 
 void Reducer::prepare(bool sync) {
-  sync_ = sync;
-  if (!sync) return;
+  sync_ = sync || zero_stage_ == 2;
+  if (!sync_) return;
   next_launch_ = 0;
   std::fill(seen_.begin(), seen_.end(), 0);
   for (auto& b : buckets_) {
@@ -168,21 +175,36 @@ void Reducer::on_grad(size_t index) {
   seen_[index] = 1;
   const Slot& s = slots_[index];
   Bucket& b = buckets_[s.bucket];
-  const auto& p = params_[index];
+  auto& p = params_[index];
+  if (!b.buffer.defined()) b.buffer = at::zeros({b.padded}, options_);  // stage 2: freed after each backward
   at::Tensor slot = b.buffer.narrow(0, s.offset, p.numel()).view_as(p);
   if (comm_.world > 1) {
     at::div_out(slot, p.grad(), world_);  // Gloo has no AVG: divide while copying, then SUM
   } else {
     slot.copy_(p.grad());
   }
+  if (zero_stage_ == 2) p.mutable_grad().reset();  // its copy is in the bucket
   if (--b.pending > 0) return;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
 }
 
 void Reducer::launch(Bucket& b) {
   b.start = now();
-  std::vector<at::Tensor> tensors{b.buffer};
-  b.work = comm_.pg->allreduce(tensors);
+  if (zero_stage_ == 2 && !emulate_reduce_scatter_) {
+    b.scattered = at::empty({b.padded / comm_.world}, options_);
+    std::vector<at::Tensor> out{b.scattered};
+    std::vector<std::vector<at::Tensor>> in{b.buffer.chunk(comm_.world)};
+    try {
+      b.work = comm_.pg->reduce_scatter(out, in);
+    } catch (const c10::Error&) {  // "ProcessGroupGloo does not support reduce_scatter": every rank alike
+      emulate_reduce_scatter_ = true;
+      b.scattered = at::Tensor();
+    }
+  }
+  if (!b.work) {
+    std::vector<at::Tensor> tensors{b.buffer};
+    b.work = comm_.pg->allreduce(tensors);
+  }
   if (!measure_overlap_) return;
   try {
     b.work->getFuture()->addCallback([this, &b](c10::ivalue::Future&) { b.end.store(now()); });
@@ -192,16 +214,18 @@ void Reducer::launch(Bucket& b) {
   }
 }
 
-at::Tensor Reducer::finish(double max_norm) {
-  const double backward_end = now();
-  if (next_launch_ < buckets_.size()) {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (!seen_[i]) {
-        throw std::runtime_error("parameter " + names_[i] +
-                                 " received no gradient in backward; every parameter must take part in the loss");
-      }
+void Reducer::check_every_parameter_seen() const {
+  if (next_launch_ == buckets_.size()) return;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!seen_[i]) {
+      throw std::runtime_error("parameter " + names_[i] +
+                               " received no gradient in backward; every parameter must take part in the loss");
     }
   }
+}
+
+void Reducer::wait_all(double backward_end) {
+  check_every_parameter_seen();
   std::vector<CommInterval> intervals;
   for (auto& b : buckets_) {
     b.work->wait();
@@ -214,21 +238,73 @@ at::Tensor Reducer::finish(double max_norm) {
   }
   last_wait_s_ = now() - backward_end;
   last_timing_ = comm_timing(std::move(intervals), backward_end);
+}
 
+void Reducer::end_micro_batch() {
+  if (zero_stage_ != 2) return;
+  wait_all(now());
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> norms;
-  for (auto& b : buckets_) norms.push_back(b.buffer.norm());
-  at::Tensor norm = at::stack(norms).norm();
+  for (auto& b : buckets_) {
+    const int64_t c = b.padded / comm_.world;
+    b.owned.add_(b.scattered.defined() ? b.scattered : b.buffer.narrow(0, comm_.rank * c, c));
+    b.buffer = at::Tensor();
+    b.scattered = at::Tensor();
+    b.work.reset();
+  }
+}
+
+at::Tensor Reducer::owned_grad(size_t index) const {
+  const Bucket& b = buckets_[index];
+  if (zero_stage_ == 2) return b.owned;
+  const int64_t c = b.padded / comm_.world;
+  return b.buffer.narrow(0, comm_.rank * c, c);
+}
+
+size_t Reducer::gradient_bytes() const {
+  size_t bytes = 0;
+  for (const auto& b : buckets_) {
+    for (const at::Tensor* t : {&b.buffer, &b.scattered, &b.owned}) {
+      if (t->defined()) bytes += t->numel() * t->element_size();
+    }
+  }
+  for (const auto& p : params_) {  // a .grad of its own, not a view into a bucket
+    const at::Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    const auto& storage = g.storage();
+    bool in_bucket = false;
+    for (const auto& b : buckets_) in_bucket = in_bucket || (b.buffer.defined() && b.buffer.storage().is_alias_of(storage));
+    if (!in_bucket) bytes += g.numel() * g.element_size();
+  }
+  return bytes;
+}
+
+at::Tensor Reducer::finish(double max_norm) {
+  if (zero_stage_ != 2) wait_all(now());
+  at::NoGradGuard no_grad;
+  // In double: summed in another order (by chunks over the ranks with ZeRO), the norm, and so the
+  // clipping scale, stays the same to the last bit of a float.
+  std::vector<at::Tensor> squares;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    squares.push_back(at::norm(zero_stage_ == 0 ? buckets_[b].buffer : owned_grad(b), 2, at::kDouble).square());
+  }
+  std::vector<at::Tensor> total{at::stack(squares).sum().reshape({1})};
+  if (zero_stage_ > 0) comm_.pg->allreduce(total)->wait();
+  const at::Tensor norm = total[0].sqrt().reshape({}).to(options_.dtype());
   clip_scale_ = max_norm > 0 ? at::clamp_max(max_norm / (norm + 1e-6), 1.0) : at::Tensor();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Slot& s = slots_[i];
-    params_[i].mutable_grad() = buckets_[s.bucket].buffer.narrow(0, s.offset, params_[i].numel()).view_as(params_[i]);
+  if (zero_stage_ != 2) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Slot& s = slots_[i];
+      params_[i].mutable_grad() = buckets_[s.bucket].buffer.narrow(0, s.offset, params_[i].numel()).view_as(params_[i]);
+    }
   }
   return norm;
 }
 
 void Reducer::zero_grad() {
   for (auto& p : params_) p.mutable_grad().reset();
+  if (zero_stage_ == 2) {
+    for (auto& b : buckets_) b.owned.zero_();
+  }
 }
 
 }  // namespace dtl::train

@@ -61,20 +61,32 @@ double allreduce_mean(Comm& comm, const at::Tensor& scalar);
 /// reverse registration order (roughly the order backward produces gradients); a hook on each
 /// parameter's AccumulateGrad node copies its gradient into the bucket, and a full bucket starts
 /// its allreduce, always in bucket order so every rank issues the same collectives in the same order.
+///
+/// With ZeRO (`zero_stage` 1 or 2) each bucket is padded to a multiple of the world size and cut
+/// into as many equal chunks; rank r owns chunk r of every bucket (owned_grad()). Stage 1 keeps
+/// the whole averaged buckets. Stage 2 reduces every micro-batch, keeps only its chunks (summed
+/// over the micro-batches) and frees each bucket and each parameter's .grad once copied: the
+/// backend's reduce_scatter where it has one, else an allreduce of which only the chunk is kept.
 class Reducer {
  public:
   Reducer(Comm& comm, std::vector<at::Tensor> params, std::vector<std::string> names, size_t bucket_bytes,
-          bool measure_overlap);
+          bool measure_overlap, int zero_stage = 0);
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
-  /// Before each micro-batch's backward: only the last one of a step (`sync`) communicates.
+  /// Before each micro-batch's backward: only the last one of a step (`sync`) communicates
+  /// (every one with ZeRO stage 2).
   void prepare(bool sync);
 
+  /// After each micro-batch's backward. Stage 2: waits for the buckets, adds this rank's chunk of
+  /// each to its gradients and frees the buckets. Otherwise nothing.
+  void end_micro_batch();
+
   /// After the last backward: waits for every bucket and leaves the averaged gradient in each
-  /// parameter's .grad (a view into its bucket). Returns the global gradient norm, as a 0-dim
-  /// tensor (no device sync). Clipping to `max_norm` (0: none) is left to the optimizer, which
-  /// multiplies the gradients by clip_scale() as it reads them: one pass over them fewer.
+  /// parameter's .grad (a view into its bucket; not with stage 2). Returns the global gradient
+  /// norm, as a 0-dim tensor (no device sync; with ZeRO the sum of every rank's chunks' squares,
+  /// allreduced). Clipping to `max_norm` (0: none) is left to the optimizer, which multiplies the
+  /// gradients by clip_scale() as it reads them: one pass over them fewer.
   at::Tensor finish(double max_norm);
 
   /// min(1, max_norm / norm) from the last finish(); undefined without clipping.
@@ -84,13 +96,27 @@ class Reducer {
   void zero_grad();
 
   size_t bucket_count() const { return buckets_.size(); }
+  /// The parameters of bucket `b` (indices into the constructor's list), their offsets in it, and
+  /// its length with the padding.
+  const std::vector<size_t>& bucket_params(size_t b) const { return buckets_[b].params; }
+  int64_t offset_of(size_t param) const { return slots_[param].offset; }
+  int64_t padded_size(size_t b) const { return buckets_[b].padded; }
+  /// ZeRO: this rank's chunk of bucket `b`'s averaged gradient, after finish().
+  at::Tensor owned_grad(size_t b) const;
+  /// Bytes of gradient storage alive now: buckets, chunks, and any .grad of its own.
+  size_t gradient_bytes() const;
+  /// Stage 2 without the backend's reduce_scatter (Gloo before torch 2.x): allreduce, keep a chunk.
+  bool reduce_scatter_emulated() const { return emulate_reduce_scatter_; }
   double last_wait_s() const { return last_wait_s_; }  ///< time finish() waited for communication
   CommTiming last_timing() const { return last_timing_; }
   bool measures_overlap() const { return measure_overlap_; }
 
  private:
   struct Bucket {
-    at::Tensor buffer;
+    at::Tensor buffer;  ///< stage 2: allocated for each micro-batch's backward, freed after it
+    at::Tensor scattered;  ///< stage 2 with reduce_scatter: this rank's reduced chunk
+    at::Tensor owned;  ///< stage 2: this rank's chunk, summed over a step's micro-batches
+    int64_t padded = 0;
     std::vector<size_t> params;
     size_t pending = 0;
     c10::intrusive_ptr<c10d::Work> work;
@@ -105,6 +131,9 @@ class Reducer {
 
   void on_grad(size_t index);
   void launch(Bucket& b);
+  /// Waits for every bucket's collective; the timing of this wait and the overlap.
+  void wait_all(double backward_end);
+  void check_every_parameter_seen() const;
   double now() const;
 
   Comm& comm_;
@@ -118,6 +147,9 @@ class Reducer {
   size_t next_launch_ = 0;
   bool sync_ = false;
   bool measure_overlap_;
+  int zero_stage_;
+  bool emulate_reduce_scatter_ = false;
+  at::TensorOptions options_;
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
   double last_wait_s_ = 0;
   CommTiming last_timing_;

@@ -127,6 +127,18 @@ void FusedAdamW::step(const at::Tensor& grad_scale) {
   }
 }
 
+size_t FusedAdamW::state_bytes() const {
+  size_t bytes = 0;
+  for (const auto& group : state_) {
+    for (const State& st : group) {
+      for (const at::Tensor* t : {&st.exp_avg, &st.exp_avg_sq}) {
+        if (t->defined()) bytes += t->numel() * t->element_size();
+      }
+    }
+  }
+  return bytes;
+}
+
 void FusedAdamW::save(torch::serialize::OutputArchive& archive) const {
   archive.write("format", c10::IValue(std::string(kFormat)));
   for (size_t gi = 0; gi < groups_.size(); ++gi) {

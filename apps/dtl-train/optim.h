@@ -55,6 +55,8 @@ class FusedAdamW {
   void load(torch::serialize::InputArchive& archive);
 
   const State& state(size_t group, size_t index) const { return state_[group][index]; }
+  /// Bytes of the moments held (created at each parameter's first step).
+  size_t state_bytes() const;
 
  private:
   std::vector<Group> groups_;

@@ -66,7 +66,7 @@ std::string apply_accelerate_env(TrainOptions& v, const std::set<std::string>& g
     auto value = env(var);
     return value ? *value : std::string();
   };
-  for (const char* name : {"mixed_precision", "grad_accum", "grad_clip", "activation_checkpointing"}) {
+  for (const char* name : {"mixed_precision", "grad_accum", "grad_clip", "activation_checkpointing", "zero"}) {
     v.sources[name] = given.count(name) ? std::string("--") + name : "default";
   }
   if (const std::string mp = read("ACCELERATE_MIXED_PRECISION"); !mp.empty() && !given.count("mixed_precision")) {
@@ -100,21 +100,35 @@ std::string apply_accelerate_env(TrainOptions& v, const std::set<std::string>& g
       v.sources["activation_checkpointing"] = "FSDP_ACTIVATION_CHECKPOINTING";
     }
   }
-  // Sharding is asked for in accelerate's terms; dtl-train keeps every state whole on every rank.
-  const std::string unsharded = ": dtl-train is data parallel only and shards nothing";
+  // Sharding, in accelerate's terms.
+  const std::string no_stage3 = ": dtl-train shards optimizer state and gradients (ZeRO 1 and 2), not parameters";
   if (str_to_bool(read("ACCELERATE_USE_DEEPSPEED")) == 1) {
     const std::string stage = read("ACCELERATE_DEEPSPEED_ZERO_STAGE");
-    if (!stage.empty() && stage != "0") return "ACCELERATE_DEEPSPEED_ZERO_STAGE=" + stage + unsharded;
+    if (stage == "3") return "ACCELERATE_DEEPSPEED_ZERO_STAGE=3" + no_stage3;
+    if (!stage.empty() && stage != "0" && stage != "1" && stage != "2") {
+      return "ACCELERATE_DEEPSPEED_ZERO_STAGE=" + stage + ": expected 0, 1, 2 or 3";
+    }
+    if (!stage.empty() && !given.count("zero")) {
+      v.zero = stage[0] - '0';
+      v.sources["zero"] = "ACCELERATE_DEEPSPEED_ZERO_STAGE";
+    }
     const std::string offload = read("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE");
     if (!offload.empty() && offload != "none") {
       return "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=" + offload + ": dtl-train keeps the optimizer state on its device";
     }
   }
   if (fsdp) {
+    // accelerate's default is FULL_SHARD; it takes the strategy's number (1-5) too.
     const std::string strategy = read("FSDP_SHARDING_STRATEGY");
-    // accelerate's default is FULL_SHARD, and it takes the strategy's number (1-5) too.
-    if (strategy != "NO_SHARD" && strategy != "3") {
-      return "FSDP_SHARDING_STRATEGY=" + (strategy.empty() ? std::string("FULL_SHARD (unset)") : strategy) + unsharded;
+    int stage = -1;
+    if (strategy == "NO_SHARD" || strategy == "3") stage = 0;
+    if (strategy == "SHARD_GRAD_OP" || strategy == "2") stage = 2;
+    if (stage < 0) {
+      return "FSDP_SHARDING_STRATEGY=" + (strategy.empty() ? std::string("FULL_SHARD (unset)") : strategy) + no_stage3;
+    }
+    if (!given.count("zero")) {
+      v.zero = stage;
+      v.sources["zero"] = "FSDP_SHARDING_STRATEGY";
     }
   }
   return "";
@@ -149,6 +163,9 @@ std::string check_options(const TrainOptions& o) {
     e << "--device must be auto, cpu or cuda (got '" << o.device << "')";
   else if (o.mixed_precision != "no" && o.mixed_precision != "bf16")
     e << "--mixed_precision must be no or bf16 (got '" << o.mixed_precision << "')";
+  else if (o.zero == 3)
+    e << "--zero 3: dtl-train shards optimizer state and gradients (stages 1 and 2), not parameters";
+  else if (o.zero < 0 || o.zero > 3) e << "--zero must be 0, 1 or 2 (got " << o.zero << ")";
   else if (o.cpu_kernels != "fused" && o.cpu_kernels != "torch")
     e << "--cpu_kernels must be fused or torch (got '" << o.cpu_kernels << "')";
   else if (!(o.bucket_mb > 0)) e << "--bucket_mb must be > 0 (got " << o.bucket_mb << ")";
@@ -197,6 +214,10 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
   app.add_option("--device", v.device, "auto, cpu or cuda");
   auto* mp = app.add_option("--mixed_precision", v.mixed_precision,
                  "no or bf16 (default: ACCELERATE_MIXED_PRECISION, else no)");
+  auto* zero = app.add_option("--zero", v.zero,
+                              "ZeRO stage: 0 (data parallel), 1 (each rank keeps and steps its shard of the AdamW "
+                              "state), 2 (and of the gradients) (default: accelerate's DeepSpeed or FSDP "
+                              "variables, else 0)");
   auto* checkpointing = app.add_flag("--activation_checkpointing", v.activation_checkpointing,
                "recompute each block's activations in backward: less memory, the same gradients "
                "(default: FSDP_ACTIVATION_CHECKPOINTING in an FSDP run, else off)");
@@ -231,7 +252,7 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
   }
   std::set<std::string> given;
   for (const auto& [name, option] : {std::pair{"mixed_precision", mp}, {"grad_accum", accum}, {"grad_clip", clip},
-                                     {"activation_checkpointing", checkpointing}}) {
+                                     {"activation_checkpointing", checkpointing}, {"zero", zero}}) {
     if (option->count()) given.insert(name);
   }
   if (std::string problem = apply_accelerate_env(v, given, env); !problem.empty()) {

@@ -24,6 +24,7 @@
 #include "optim.h"
 #include "report.h"
 #include "schedule.h"
+#include "zero.h"
 
 namespace dtl::train {
 namespace {
@@ -89,12 +90,26 @@ struct Progress {
   long long position = 0;  ///< global sample number of the next step's first row
 };
 
-void save_checkpoint(const std::string& path, Gpt& model, const FusedAdamW& opt, const Progress& p) {
+/// How the optimizer state is kept: whole in the checkpoint (stage 0), or one file per rank.
+struct Sharding {
+  int zero = 0;
+  int world = 1;
+  std::string text() const {
+    return "--zero " + std::to_string(zero) + (zero > 0 ? " on " + std::to_string(world) + " ranks" : "");
+  }
+};
+
+/// The checkpoint: the model, where the run stands and, at stage 0, the optimizer (`opt`).
+void save_checkpoint(const std::string& path, Gpt& model, const FusedAdamW* opt, const Progress& p,
+                     const Sharding& sharding) {
   torch::serialize::OutputArchive root, m, o;
   model->save(m);
-  opt.save(o);
   root.write("model", m);
-  root.write("optimizer", o);
+  if (opt) {
+    opt->save(o);
+    root.write("optimizer", o);
+  }
+  root.write("sharding", c10::IValue(sharding.text()));
   root.write("step", c10::IValue(static_cast<int64_t>(p.step)));
   root.write("position", c10::IValue(static_cast<int64_t>(p.position)));
   root.write("shape", c10::IValue(shape_text(model->shape())));
@@ -104,19 +119,27 @@ void save_checkpoint(const std::string& path, Gpt& model, const FusedAdamW& opt,
   write_file_atomically(path, bytes.str());
 }
 
-Progress load_checkpoint(const std::string& path, Gpt& model, FusedAdamW& opt, c10::Device device) {
+Progress load_checkpoint(const std::string& path, Gpt& model, FusedAdamW* opt, c10::Device device,
+                         const Sharding& sharding) {
   torch::serialize::InputArchive root, m, o;
   root.load_from(path, device);
-  c10::IValue shape, step, position;
+  c10::IValue shape, step, position, written;
   root.read("shape", shape);
   if (shape.toStringRef() != shape_text(model->shape())) {
     throw UsageError("checkpoint " + path + " is of another model (" + shape.toStringRef() + "; this run: " +
                      shape_text(model->shape()) + ")");
   }
+  const std::string was = root.try_read("sharding", written) ? written.toStringRef() : Sharding{}.text();
+  if (was != sharding.text()) {
+    throw UsageError("checkpoint " + path + " was written with " + was + "; this run has " + sharding.text() +
+                     ": resume with the same");
+  }
   root.read("model", m);
   model->load(m);
-  root.read("optimizer", o);
-  opt.load(o);
+  if (opt) {
+    root.read("optimizer", o);
+    opt->load(o);
+  }
   root.read("step", step);
   root.read("position", position);
   at::Tensor rng;
@@ -124,6 +147,63 @@ Progress load_checkpoint(const std::string& path, Gpt& model, FusedAdamW& opt, c
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle on the shared state
   generator.set_state(rng.cpu());
   return {step.toInt(), position.toInt()};
+}
+
+/// A rank's ZeRO optimizer shard for a step: `DIR/zero-step<S>-rank<R>.pt`.
+std::string shard_path(const std::string& dir, long long step, int rank) {
+  return dir + "/zero-step" + std::to_string(step) + "-rank" + std::to_string(rank) + ".pt";
+}
+
+/// Every rank writes its shard, then (all written) rank 0 the checkpoint that names the step, then
+/// each rank removes its shards of other steps. A run killed at any point resumes from a
+/// checkpoint whose shards all exist.
+void save_sharded(const std::string& dir, const std::string& checkpoint, Gpt& model, const ShardedAdamW& opt,
+                  const Progress& p, const Sharding& sharding, Comm& comm) {
+  torch::serialize::OutputArchive shard;
+  opt.save(shard);
+  std::ostringstream bytes;
+  shard.save_to(bytes);
+  write_file_atomically(shard_path(dir, p.step, comm.rank), bytes.str());
+  const at::Tensor barrier = at::zeros({});
+  allreduce_mean(comm, barrier);
+  if (comm.rank == 0) save_checkpoint(checkpoint, model, nullptr, p, sharding);
+  allreduce_mean(comm, barrier);
+  const std::string mine = "-rank" + std::to_string(comm.rank) + ".pt";
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("zero-step", 0) == 0 && name.ends_with(mine) &&
+        entry.path() != std::filesystem::path(shard_path(dir, p.step, comm.rank))) {
+      std::filesystem::remove(entry.path());
+    }
+  }
+}
+
+void load_shard(const std::string& dir, long long step, int rank, ShardedAdamW& opt) {
+  const std::string path = shard_path(dir, step, rank);
+  if (!std::filesystem::exists(path)) {
+    throw UsageError("checkpoint at step " + std::to_string(step) + " has no optimizer shard " + path);
+  }
+  torch::serialize::InputArchive shard;
+  shard.load_from(path);
+  opt.load(shard);
+}
+
+size_t parameter_bytes(const std::vector<at::Tensor>& params) {
+  size_t bytes = 0;
+  for (const auto& p : params) bytes += p.numel() * p.element_size();
+  return bytes;
+}
+
+/// What a rank holds after a step, counted from the live tensors.
+std::string memory_line(const TrainOptions& o, const Reducer& reducer, size_t parameters, size_t state) {
+  std::ostringstream s;
+  s << "dtl-train: rank 0 holds parameters " << parameters << " bytes, gradients " << reducer.gradient_bytes()
+    << " bytes, optimizer state " << state << " bytes (--zero " << o.zero << ")";
+  if (reducer.reduce_scatter_emulated()) {
+    s << "; the backend has no reduce_scatter: each gradient bucket is allreduced and this rank's chunk kept "
+         "(data parallel's traffic, not half of it)";
+  }
+  return s.str();
 }
 
 void dump_parameters(const std::string& dir, int rank, Gpt& model) {
@@ -194,13 +274,16 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   // torch::optim::AdamW's update (decoupled decay on matrices only), fused into one pass per parameter.
   FusedAdamW optimizer({{decay, o.weight_decay}, {no_decay, 0.0}}, o.lr, o.beta1, o.beta2, 1e-8);
 
+  const Sharding sharding{o.zero, o.zero > 0 ? env.world_size : 1};
   Progress progress;
+  bool resumed = false;
   if (!checkpoint.empty()) {
     std::filesystem::create_directories(o.checkpoint_dir);
     if (leader) remove_stale_temps(checkpoint);
     if (std::filesystem::exists(checkpoint)) {
       doing = "loading " + checkpoint;
-      progress = load_checkpoint(checkpoint, model, optimizer, device);
+      progress = load_checkpoint(checkpoint, model, o.zero > 0 ? nullptr : &optimizer, device, sharding);
+      resumed = true;
       if (leader) say("resumed from " + checkpoint + " at step " + std::to_string(progress.step));
     }
   }
@@ -210,7 +293,17 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
                       std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000)));
   doing = "broadcasting the parameters";
   broadcast_from_rank0(*comm, params);
-  Reducer reducer(*comm, params, names, static_cast<size_t>(o.bucket_mb * 1024 * 1024), !device.is_cuda());
+  Reducer reducer(*comm, params, names, static_cast<size_t>(o.bucket_mb * 1024 * 1024), !device.is_cuda(), o.zero);
+  std::unique_ptr<ShardedAdamW> sharded;
+  if (o.zero > 0) {
+    std::vector<bool> decay;
+    for (const auto& p : params) decay.push_back(p.dim() >= 2);
+    sharded = std::make_unique<ShardedAdamW>(*comm, reducer, params, decay, o.weight_decay, o.lr, o.beta1, o.beta2);
+    if (resumed) {
+      doing = "loading this rank's optimizer shard";
+      load_shard(o.checkpoint_dir, progress.step, env.rank, *sharded);
+    }
+  }
 
   const long long tokens_per_step = batching.global() * o.model.context;
   if (leader) {
@@ -222,7 +315,8 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       << o.mixed_precision << ", " << kernels_used(o, device) << ", data " << data->describe() << "; "
       << sourced(o, "mixed_precision", o.mixed_precision) << ", " << sourced(o, "grad_accum", std::to_string(o.grad_accum))
       << ", " << sourced(o, "grad_clip", c10::str(o.grad_clip)) << ", "
-      << sourced(o, "activation_checkpointing", o.activation_checkpointing ? "on" : "off");
+      << sourced(o, "activation_checkpointing", o.activation_checkpointing ? "on" : "off") << ", "
+      << sourced(o, "zero", std::to_string(o.zero));
     say(s.str());
     if (auto blas = loaded_blas(); blas && !device.is_cuda()) {
       if (auto advice = blas_advice(*blas); !advice.empty()) say("dtl-train: warning: " + advice);
@@ -247,12 +341,17 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
   at::Tensor grad_norm;
 
+  const long long first_step = progress.step;
   while (progress.step < o.steps) {
     const long long step = progress.step + 1;  // 1-based, as logged
     doing = "step " + std::to_string(step) + " of " + std::to_string(o.steps);
     maybe_fail(o, env, step);
     const double lr = lr_at(schedule, progress.step);
-    optimizer.set_lr(lr);
+    if (sharded) {
+      sharded->set_lr(lr);
+    } else {
+      optimizer.set_lr(lr);
+    }
     if (o.model.dropout > 0) torch::manual_seed(mix64(o.seed ^ mix64(progress.step * 4099 + env.rank)));
 
     for (int micro = 0; micro < o.grad_accum; ++micro) {
@@ -271,10 +370,19 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       }
       if (o.grad_accum > 1) loss = loss / o.grad_accum;
       loss.backward();
+      reducer.end_micro_batch();
       loss_sum += loss.detach();
     }
     grad_norm = reducer.finish(o.grad_clip);
-    optimizer.step(reducer.clip_scale());
+    if (sharded) {
+      sharded->step(reducer.clip_scale());
+    } else {
+      optimizer.step(reducer.clip_scale());
+    }
+    if (leader && progress.step == first_step) {
+      say(memory_line(o, reducer, sharded ? sharded->parameter_bytes() : parameter_bytes(params),
+                      sharded ? sharded->state_bytes() : optimizer.state_bytes()));
+    }
     reducer.zero_grad();
     progress.step = step;
     progress.position += batching.global();
@@ -314,11 +422,15 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       interval_start = Clock::now();
       interval_cpu_start = process_cpu_seconds();
     }
-    if (!checkpoint.empty() && leader && (step % o.checkpoint_every == 0 || step == o.steps)) {
+    if (!checkpoint.empty() && (leader || sharded) && (step % o.checkpoint_every == 0 || step == o.steps)) {
       doing = "saving " + checkpoint + " at step " + std::to_string(step);
       const auto saving = Clock::now();
       const double saving_cpu = process_cpu_seconds();
-      save_checkpoint(checkpoint, model, optimizer, progress);
+      if (sharded) {
+        save_sharded(o.checkpoint_dir, checkpoint, model, *sharded, progress, sharding, *comm);
+      } else {
+        save_checkpoint(checkpoint, model, &optimizer, progress, sharding);
+      }
       interval_start += Clock::now() - saving;  // not part of the steps' time
       interval_cpu_start += process_cpu_seconds() - saving_cpu;
     }

@@ -1,8 +1,8 @@
 """dtl-train does what an accelerate config file says, under `dtlaunch --config_file FILE --no_python
 dtl-train`: the file (in accelerate's own format) becomes accelerate's variables, and dtl-train takes
 gradient accumulation, clipping and FSDP's activation checkpointing from them, naming each source
-in its start line. A run from the file trains exactly as a run with the same flags. A sharded run,
-which dtl-train cannot do, is refused in one line."""
+in its start line. A run from the file trains exactly as a run with the same flags. Parameter
+sharding, which dtl-train cannot do, is refused in one line."""
 import os
 import sys
 
@@ -47,12 +47,12 @@ class TrainFromAccelerateFiles(TrainTest):
         self.assertEqual(self.losses(checkpointed), self.losses(kept))
         self.assertEqual(self.params(checkpointed, 2), self.params(kept, 2))
 
-    def test_a_sharded_run_is_refused_in_one_line(self):
-        path = self.config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n")
+    def test_parameter_sharding_is_refused_in_one_line(self):
+        path = self.config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n")
         r = self.launch("--config_file", path, "--no_python", DTL_TRAIN, *TINY, "--steps", 1)
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("dtl-train: error: ACCELERATE_DEEPSPEED_ZERO_STAGE=2: dtl-train is data parallel only and "
-                      "shards nothing", r.stdout + r.stderr)
+        self.assertIn("dtl-train: error: ACCELERATE_DEEPSPEED_ZERO_STAGE=3: dtl-train shards optimizer state and "
+                      "gradients (ZeRO 1 and 2), not parameters", r.stdout + r.stderr)
 
 
 if __name__ == "__main__":

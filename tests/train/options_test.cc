@@ -99,14 +99,33 @@ TEST_CASE("dtl-train: a bad accelerate variable or a sharded run is one line nam
   CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_SHARDING_STRATEGY", "NO_SHARD"},
                    {"FSDP_ACTIVATION_CHECKPOINTING", "maybe"}})
             .output == "dtl-train: error: FSDP_ACTIVATION_CHECKPOINTING=maybe: expected true or false");
-  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"}}).output ==
-        "dtl-train: error: ACCELERATE_DEEPSPEED_ZERO_STAGE=2: dtl-train is data parallel only and shards nothing");
+  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "3"}}).output ==
+        "dtl-train: error: ACCELERATE_DEEPSPEED_ZERO_STAGE=3: dtl-train shards optimizer state and gradients (ZeRO 1 "
+        "and 2), not parameters");
+  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "two"}}).output ==
+        "dtl-train: error: ACCELERATE_DEEPSPEED_ZERO_STAGE=two: expected 0, 1, 2 or 3");
   CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}}).output ==
-        "dtl-train: error: FSDP_SHARDING_STRATEGY=FULL_SHARD (unset): dtl-train is data parallel only and shards "
-        "nothing");
-  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "0"}}).options);
+        "dtl-train: error: FSDP_SHARDING_STRATEGY=FULL_SHARD (unset): dtl-train shards optimizer state and gradients "
+        "(ZeRO 1 and 2), not parameters");
+  CHECK(parse({"--zero", "3"}).output ==
+        "dtl-train: error: --zero 3: dtl-train shards optimizer state and gradients (stages 1 and 2), not parameters");
   CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu"}})
             .exit_code == 2);
+}
+
+TEST_CASE("dtl-train: the ZeRO stage comes from accelerate's DeepSpeed or FSDP variables unless --zero is given") {
+  auto ds = parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"}});
+  REQUIRE(ds.options);
+  CHECK(ds.options->zero == 2);
+  CHECK(ds.options->sources.at("zero") == "ACCELERATE_DEEPSPEED_ZERO_STAGE");
+  auto fsdp = parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP"}});
+  CHECK(fsdp.options->zero == 2);
+  CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_SHARDING_STRATEGY", "3"}}).options->zero == 0);
+  auto flag = parse({"--zero", "1"}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"}});
+  CHECK(flag.options->zero == 1);
+  CHECK(flag.options->sources.at("zero") == "--zero");
+  // Without ACCELERATE_USE_DEEPSPEED the stage variable is not accelerate's word for this run.
+  CHECK(parse({}, {{"ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"}}).options->zero == 0);
 }
 
 TEST_CASE("dtl-train: --help prints the flags and exits 0") {

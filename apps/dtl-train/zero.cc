@@ -1,0 +1,90 @@
+#include "zero.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include <ATen/Functions.h>
+#include <torch/serialize/archive.h>
+
+namespace dtl::train {
+
+/// The flat buffers, and this rank's pieces of each parameter with their gradients (views into
+/// the reducer's chunks) in the decayed and the undecayed group.
+ShardedAdamW::Pieces ShardedAdamW::cut(const Comm& comm, const Reducer& reducer, const std::vector<at::Tensor>& params,
+                                       const std::vector<bool>& decay, double weight_decay) {
+  at::NoGradGuard no_grad;
+  Pieces out;
+  out.groups = {{{}, weight_decay}, {{}, 0.0}};
+  for (size_t b = 0; b < reducer.bucket_count(); ++b) {
+    const int64_t padded = reducer.padded_size(b), chunk = padded / comm.world;
+    const int64_t begin = comm.rank * chunk, end = begin + chunk;
+    at::Tensor flat = at::zeros({padded}, params[reducer.bucket_params(b).front()].options());
+    const at::Tensor grad = reducer.owned_grad(b);
+    for (size_t i : reducer.bucket_params(b)) {
+      const at::Tensor& p = params[i];
+      const int64_t offset = reducer.offset_of(i), n = p.numel();
+      flat.narrow(0, offset, n).copy_(p.detach().reshape({-1}));
+      const int64_t from = std::max(offset, begin), to = std::min(offset + n, end);
+      if (from < to) {
+        at::Tensor piece = flat.narrow(0, from, to - from);
+        piece.mutable_grad() = grad.narrow(0, from - begin, to - from);
+        out.groups[decay[i] ? 0 : 1].params.push_back(piece);
+      }
+    }
+    for (size_t i : reducer.bucket_params(b)) {
+      // The parameter keeps its autograd identity (and the reducer's hook); its data is the buffer's.
+      at::Tensor p = params[i];
+      p.set_data(flat.narrow(0, reducer.offset_of(i), p.numel()).view_as(p));
+    }
+    out.flat.push_back(flat);
+  }
+  return out;
+}
+
+ShardedAdamW::ShardedAdamW(Comm& comm, const Reducer& reducer, const std::vector<at::Tensor>& params,
+                           const std::vector<bool>& decay, double weight_decay, double lr, double beta1, double beta2)
+    : ShardedAdamW(comm, cut(comm, reducer, params, decay, weight_decay), lr, beta1, beta2) {}
+
+ShardedAdamW::ShardedAdamW(Comm& comm, Pieces pieces, double lr, double beta1, double beta2)
+    : comm_(comm), flat_(std::move(pieces.flat)), adamw_(std::move(pieces.groups), lr, beta1, beta2, 1e-8) {}
+
+void ShardedAdamW::step(const at::Tensor& grad_scale) {
+  adamw_.step(grad_scale);
+  at::NoGradGuard no_grad;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (auto& flat : flat_) {
+    std::vector<std::vector<at::Tensor>> out{flat.chunk(comm_.world)};
+    std::vector<at::Tensor> in{out[0][comm_.rank].clone()};
+    works.push_back(comm_.pg->allgather(out, in));
+  }
+  for (auto& w : works) w->wait();
+}
+
+size_t ShardedAdamW::state_bytes() const { return adamw_.state_bytes(); }
+
+size_t ShardedAdamW::parameter_bytes() const {
+  size_t bytes = 0;
+  for (const auto& f : flat_) bytes += f.numel() * f.element_size();
+  return bytes;
+}
+
+void ShardedAdamW::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("world", c10::IValue(static_cast<int64_t>(comm_.world)));
+  archive.write("rank", c10::IValue(static_cast<int64_t>(comm_.rank)));
+  adamw_.save(archive);
+}
+
+void ShardedAdamW::load(torch::serialize::InputArchive& archive) {
+  c10::IValue world, rank;
+  archive.read("world", world);
+  archive.read("rank", rank);
+  if (world.toInt() != comm_.world || rank.toInt() != comm_.rank) {
+    throw std::runtime_error("this optimizer shard is rank " + std::to_string(rank.toInt()) + "'s of " +
+                             std::to_string(world.toInt()) + ", not rank " + std::to_string(comm_.rank) + "'s of " +
+                             std::to_string(comm_.world));
+  }
+  adamw_.load(archive);
+}
+
+}  // namespace dtl::train

@@ -1,0 +1,108 @@
+"""dtl-train's ZeRO stages 1 and 2 (--zero): the same training as data parallel (stage 0), with
+each rank holding only its shard of the AdamW state (stage 1) and of the gradients (stage 2), as
+counted from the live tensors; a run killed and restarted by dtlaunch resumes from every rank's
+shard and ends bit for bit where an uninterrupted run ends; a checkpoint of another stage or world
+size is refused in one line; accelerate's DeepSpeed and FSDP files choose the stage."""
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+from train_common import DTL_TRAIN, TINY, TrainTest, needs_trainer  # noqa: E402
+
+from common import main  # noqa: E402
+
+# Clipping at 0.5 is active in these steps (the norm starts above 1), and 2 micro-batches a step.
+# Stage 1 gives stage 0's bits; stage 2 sums each micro-batch's reduced chunk instead of reducing
+# the sum, which rounds differently (5e-7 here, more with a learning rate that amplifies it).
+RUN = [*TINY, "--log_every", 5, "--batch_size", 2, "--grad_accum", 2, "--grad_clip", 0.5]
+HOLDS = re.compile(r"holds parameters (\d+) bytes, gradients (\d+) bytes, optimizer state (\d+) bytes")
+
+
+def holdings(stdout):
+    m = HOLDS.search(stdout)
+    return tuple(int(x) for x in m.groups())
+
+
+@needs_trainer
+class Zero(TrainTest):
+    def test_stages_1_and_2_train_as_stage_0_on_2_and_4_ranks(self):
+        for nproc in (2, 4):
+            _, base = self.train(nproc, *RUN, "--steps", 30, "--zero", 0, name=f"z0n{nproc}")
+            for stage in (1, 2):
+                with self.subTest(nproc=nproc, stage=stage):
+                    r, out = self.train(nproc, *RUN, "--steps", 30, "--zero", stage, name=f"z{stage}n{nproc}")
+                    self.assertIn(f"zero {stage} (--zero)", r.stdout)
+                    self.assertClose(self.losses(out), self.losses(base), rel=1e-5, what="losses")
+                    self.assertClose(self.params(out, nproc), self.params(base, nproc), rel=1e-5,
+                                     what="final parameters")
+                    if stage == 1:
+                        self.assertEqual(self.params(out, nproc), self.params(base, nproc))
+
+    def test_each_stage_holds_its_share_of_what_it_shards(self):
+        nproc = 4
+        r, _ = self.train(nproc, *RUN, "--steps", 1, "--zero", 0, name="z0")
+        params0, grads0, state0 = holdings(r.stdout)
+        self.assertEqual(state0, 2 * params0)  # AdamW: two moments per parameter
+        for stage in (1, 2):
+            r, _ = self.train(nproc, *RUN, "--steps", 1, "--zero", stage, name=f"z{stage}")
+            params, grads, state = holdings(r.stdout)
+            self.assertLess(abs(params - params0) / params0, 0.02)  # every parameter, plus padding
+            self.assertLess(abs(state - state0 / nproc) / (state0 / nproc), 0.03, (stage, state, state0))
+            expected_grads = grads0 / nproc if stage == 2 else grads0
+            self.assertLess(abs(grads - expected_grads) / expected_grads, 0.03, (stage, grads, grads0))
+
+    def test_a_killed_rank_resumes_from_the_shards_and_ends_as_an_uninterrupted_run(self):
+        run = [*RUN, "--steps", 12, "--checkpoint_every", 4]
+        for stage in (1, 2):
+            with self.subTest(stage=stage):
+                _, reference = self.train(2, *run, "--zero", stage, "--checkpoint_dir",
+                                          os.path.join(self.tmp, f"ref{stage}"), name=f"ref{stage}")
+                ck = os.path.join(self.tmp, f"ck{stage}")
+                r, out = self.train(2, *run, "--zero", stage, "--checkpoint_dir", ck, "--fail_at_step", 10,
+                                    "--fail_rank", 1, "--fail_how", "kill", launcher_args=["--max_restarts=1"],
+                                    name=f"killed{stage}")
+                self.assertIn("resumed from", r.stdout)
+                self.assertIn("at step 8", r.stdout)
+                self.assertEqual(self.params(out, 2), self.params(reference, 2))
+                self.assertEqual(self.losses(out)[-1], self.losses(reference)[-1])
+                # Only the last checkpoint's shards are left, one per rank.
+                self.assertEqual(sorted(f for f in os.listdir(ck) if f.startswith("zero-")),
+                                 ["zero-step12-rank0.pt", "zero-step12-rank1.pt"])
+
+    def test_a_checkpoint_of_another_stage_or_world_size_is_refused_in_one_line(self):
+        ck = os.path.join(self.tmp, "ck")
+        self.train(2, *RUN, "--steps", 4, "--checkpoint_every", 4, "--zero", 2, "--checkpoint_dir", ck, name="first")
+        r, _ = self.train(4, *RUN, "--steps", 8, "--zero", 2, "--checkpoint_dir", ck, expect=2, name="four")
+        self.assertIn(f"dtl-train: error: checkpoint {ck}/checkpoint.pt was written with --zero 2 on 2 ranks; "
+                      "this run has --zero 2 on 4 ranks: resume with the same", r.stdout + r.stderr)
+        r, _ = self.train(2, *RUN, "--steps", 8, "--zero", 0, "--checkpoint_dir", ck, expect=2, name="stage0")
+        self.assertIn("was written with --zero 2 on 2 ranks; this run has --zero 0: resume with the same",
+                      r.stdout + r.stderr)
+
+    def accelerate_file(self, text):
+        path = os.path.join(self.tmp, "accelerate.yaml")
+        with open(path, "w") as f:
+            f.write("compute_environment: LOCAL_MACHINE\nnum_machines: 1\nnum_processes: 2\nmain_process_port: 0\n"
+                    "use_cpu: true\n" + text)
+        return path
+
+    def test_accelerates_deepspeed_and_fsdp_files_choose_the_stage(self):
+        _, base = self.train(2, *RUN, "--steps", 6, "--zero", 2, name="flag")
+        for text, source in (("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n",
+                              "ACCELERATE_DEEPSPEED_ZERO_STAGE"),
+                             ("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n",
+                              "FSDP_SHARDING_STRATEGY")):
+            with self.subTest(source=source):
+                r, out = self.train(2, *RUN, "--steps", 6, name=source,
+                                    launcher_args=("--config_file", self.accelerate_file(text)))
+                self.assertIn(f"zero 2 ({source})", r.stdout)
+                self.assertEqual(self.params(out, 2), self.params(base, 2))
+        r = self.launch("--config_file", self.accelerate_file("distributed_type: FSDP\n"), "--no_python", DTL_TRAIN,
+                        *TINY, "--steps", 1)
+        self.assertIn("dtl-train: error: FSDP_SHARDING_STRATEGY=FULL_SHARD: dtl-train shards optimizer state "
+                      "and gradients (ZeRO 1 and 2), not parameters", r.stdout + r.stderr)
+
+
+if __name__ == "__main__":
+    main()
