@@ -5,7 +5,9 @@ schedule written with torch.nn.parallel.DistributedDataParallel (Gloo, CPU), lau
 Same as dtl-train: GPT-2-style pre-norm blocks (qkv, proj, fc, fc_proj, tanh GELU), learned
 positions, output tied to the token embedding, GPT-2 init; AdamW (betas 0.9/0.95, eps 1e-8,
 weight decay 0.1 on matrices only), linear warmup + cosine, global-norm clipping at 1.0;
-the same bucket size (--bucket_mb, DDP's default 25 MB). Rank 0 prints one JSON line: tokens/s over the timed steps."""
+the same bucket size (--bucket_mb, DDP's default 25 MB). Rank 0 prints one JSON line: tokens/s over the timed steps.
+With --zero1 the optimizer is torch's ZeroRedundancyOptimizer over AdamW (ZeRO stage 1: each rank
+keeps and steps its share of the state, then broadcasts its parameters)."""
 import argparse
 import json
 import math
@@ -91,6 +93,7 @@ def main():
     p.add_argument("--skip", type=int, default=5, help="untimed first steps")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--bucket_mb", type=float, default=25)
+    p.add_argument("--zero1", action="store_true", help="torch's ZeroRedundancyOptimizer over AdamW")
     a = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -100,8 +103,14 @@ def main():
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=a.bucket_mb)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+    if a.zero1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(groups[0]["params"], optimizer_class=torch.optim.AdamW, lr=a.lr,
+                                      betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+        opt.add_param_group(groups[1])
+    else:
+        opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     gen = torch.Generator().manual_seed(1000 + rank)
     warmup = min(100, a.steps // 10)
     times, cpu = [], []
@@ -123,6 +132,9 @@ def main():
         print(json.dumps({"tokens_per_s": tokens_per_step * len(timed) / sum(timed),
                           "step_time_s": sum(timed) / len(timed), "cpu_time_s": sum(cpu[a.skip:]) / len(timed),
                           "loss": loss.item(), "world_size": world,
+                          "state_bytes": sum(t.numel() * t.element_size() for st in (
+                              opt.optim.state if a.zero1 else opt.state).values()
+                              for t in st.values() if torch.is_tensor(t) and t.dim() > 0),
                           "torch": torch.__version__}), flush=True)
     dist.destroy_process_group()
 
