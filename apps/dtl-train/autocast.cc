@@ -9,18 +9,19 @@ namespace dtl::train {
 #define DTL_AUTOCAST_BY_DEVICE_TYPE 1
 #endif
 
-Autocast::Autocast(bool on, c10::Device device) : on_(on), cuda_(device.is_cuda()) {
+Autocast::Autocast(std::optional<c10::ScalarType> dtype, c10::Device device)
+    : on_(dtype.has_value()), cuda_(device.is_cuda()) {
   if (!on_) return;
 #ifdef DTL_AUTOCAST_BY_DEVICE_TYPE
   at::autocast::set_autocast_enabled(device.type(), true);
-  at::autocast::set_autocast_dtype(device.type(), at::kBFloat16);
+  at::autocast::set_autocast_dtype(device.type(), *dtype);
 #else
   if (cuda_) {
     at::autocast::set_enabled(true);
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_autocast_gpu_dtype(*dtype);
   } else {
     at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_autocast_cpu_dtype(*dtype);
   }
 #endif
   at::autocast::increment_nesting();
@@ -40,11 +41,26 @@ Autocast::~Autocast() {
 #endif
 }
 
-bool autocast_enabled(c10::Device device) {
+std::optional<c10::ScalarType> autocast_dtype(c10::Device device) {
 #ifdef DTL_AUTOCAST_BY_DEVICE_TYPE
-  return at::autocast::is_autocast_enabled(device.type());
+  if (!at::autocast::is_autocast_enabled(device.type())) return std::nullopt;
+  return at::autocast::get_autocast_dtype(device.type());
 #else
-  return device.is_cuda() ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+  if (device.is_cuda()) {
+    if (!at::autocast::is_enabled()) return std::nullopt;
+    return at::autocast::get_autocast_gpu_dtype();
+  }
+  if (!at::autocast::is_cpu_enabled()) return std::nullopt;
+  return at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+bool autocast_supports(c10::ScalarType dtype, c10::Device device) {
+  if (dtype == at::kBFloat16 || device.is_cuda()) return dtype == at::kBFloat16 || dtype == at::kHalf;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  return dtype == at::kHalf;
+#else
+  return false;
 #endif
 }
 

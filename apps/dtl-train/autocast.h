@@ -1,14 +1,17 @@
-// bf16 autocast around a region (libtorch 1.13 and 2.x spell it differently).
+// Autocast to bf16 or fp16 around a region (libtorch 1.13 and 2.x spell it differently).
 #pragma once
 
+#include <optional>
+
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 namespace dtl::train {
 
-/// Turns bf16 autocast on for `device`'s type for its lifetime, when `on`.
+/// Turns autocast to `dtype` on for `device`'s type for its lifetime; nothing without a dtype.
 class Autocast {
  public:
-  Autocast(bool on, c10::Device device);
+  Autocast(std::optional<c10::ScalarType> dtype, c10::Device device);
   ~Autocast();
   Autocast(const Autocast&) = delete;
   Autocast& operator=(const Autocast&) = delete;
@@ -18,7 +21,11 @@ class Autocast {
   bool cuda_;
 };
 
-/// Whether autocast is on for `device`'s type in this thread.
-bool autocast_enabled(c10::Device device);
+/// The dtype autocast is on with for `device`'s type in this thread; std::nullopt when it is off.
+std::optional<c10::ScalarType> autocast_dtype(c10::Device device);
+
+/// Whether this libtorch autocasts to `dtype` on `device`'s type: CUDA both bf16 and fp16, the
+/// CPU bf16, and fp16 from libtorch 2.5 on.
+bool autocast_supports(c10::ScalarType dtype, c10::Device device);
 
 }  // namespace dtl::train

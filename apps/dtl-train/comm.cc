@@ -278,7 +278,7 @@ size_t Reducer::gradient_bytes() const {
   return bytes;
 }
 
-at::Tensor Reducer::finish(double max_norm) {
+at::Tensor Reducer::finish(double max_norm, double loss_scale) {
   if (zero_stage_ != 2) wait_all(now());
   at::NoGradGuard no_grad;
   // In double: summed in another order (by chunks over the ranks with ZeRO), the norm, and so the
@@ -289,8 +289,9 @@ at::Tensor Reducer::finish(double max_norm) {
   }
   std::vector<at::Tensor> total{at::stack(squares).sum().reshape({1})};
   if (zero_stage_ > 0) comm_.pg->allreduce(total)->wait();
-  const at::Tensor norm = total[0].sqrt().reshape({}).to(options_.dtype());
+  const at::Tensor norm = (total[0].sqrt() / loss_scale).reshape({}).to(options_.dtype());
   clip_scale_ = max_norm > 0 ? at::clamp_max(max_norm / (norm + 1e-6), 1.0) : at::Tensor();
+  if (loss_scale != 1.0) clip_scale_ = (clip_scale_.defined() ? clip_scale_ : at::ones_like(norm)) / loss_scale;
   if (zero_stage_ != 2) {
     for (size_t i = 0; i < params_.size(); ++i) {
       const Slot& s = slots_[i];

@@ -83,13 +83,15 @@ class Reducer {
   void end_micro_batch();
 
   /// After the last backward: waits for every bucket and leaves the averaged gradient in each
-  /// parameter's .grad (a view into its bucket; not with stage 2). Returns the global gradient
-  /// norm, as a 0-dim tensor (no device sync; with ZeRO the sum of every rank's chunks' squares,
-  /// allreduced). Clipping to `max_norm` (0: none) is left to the optimizer, which multiplies the
-  /// gradients by clip_scale() as it reads them: one pass over them fewer.
-  at::Tensor finish(double max_norm);
+  /// parameter's .grad (a view into its bucket; not with stage 2). Returns the global norm of the
+  /// gradients divided by `loss_scale` (what the loss was multiplied by before backward), as a
+  /// 0-dim tensor (no device sync; with ZeRO the sum of every rank's chunks' squares, allreduced);
+  /// it is not finite when a gradient is not. Unscaling and clipping to `max_norm` (0: none) are
+  /// left to the optimizer, which multiplies the gradients by clip_scale() as it reads them: one
+  /// pass over them fewer.
+  at::Tensor finish(double max_norm, double loss_scale = 1.0);
 
-  /// min(1, max_norm / norm) from the last finish(); undefined without clipping.
+  /// min(1, max_norm / norm) / loss_scale from the last finish(); undefined when that is 1.
   const at::Tensor& clip_scale() const { return clip_scale_; }
 
   /// Drops the gradients (their storage is the buckets') before the next step.

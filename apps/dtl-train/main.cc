@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
     (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.output << (parsed.output.ends_with('\n') ? "" : "\n");
     return parsed.exit_code;
   }
+  if (!parsed.options->consolidate.empty()) return run_consolidation(*parsed.options);
   LaunchEnv launch;
   try {
     launch = read_launch_env(env);

@@ -38,7 +38,8 @@ class Recompute : public torch::autograd::Function<Recompute> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, BlockImpl* block, bool random) {
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);  // the module outlives its graph
-    ctx->saved_data["autocast"] = autocast_enabled(x.device());
+    const auto dtype = autocast_dtype(x.device());  // -1: off
+    ctx->saved_data["autocast"] = dtype ? static_cast<int64_t>(*dtype) : int64_t{-1};
     if (random) ctx->saved_data["rng"] = at::globalContext().defaultGenerator(x.device()).get_state();
     ctx->save_for_backward({x});
     return block->forward(x);
@@ -50,7 +51,8 @@ class Recompute : public torch::autograd::Function<Recompute> {
     at::Tensor y;
     {
       torch::AutoGradMode grad_mode(true);
-      Autocast autocast(ctx->saved_data["autocast"].toBool(), x.device());
+      const int64_t dtype = ctx->saved_data["autocast"].toInt();
+      Autocast autocast(dtype < 0 ? std::nullopt : std::optional(static_cast<c10::ScalarType>(dtype)), x.device());
       auto it = ctx->saved_data.find("rng");
       if (it == ctx->saved_data.end()) {
         y = block->forward(x);
@@ -156,6 +158,24 @@ torch::Tensor GptImpl::loss(const torch::Tensor& tokens) {
   auto logits = forward(tokens.narrow(1, 0, T));
   auto targets = tokens.narrow(1, 1, T);
   return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}));
+}
+
+Parameters parameters_of(Gpt& model) {
+  Parameters p;
+  for (auto& item : model->named_parameters()) {
+    p.all.push_back(item.value());
+    p.names.push_back(item.key());
+    p.decay.push_back(item.value().dim() >= 2);
+  }
+  return p;
+}
+
+std::vector<torch::Tensor> Parameters::with_decay(bool decayed) const {
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (decay[i] == decayed) out.push_back(all[i]);
+  }
+  return out;
 }
 
 }  // namespace dtl::train

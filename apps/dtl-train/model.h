@@ -52,4 +52,15 @@ class GptImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Gpt);
 
+/// The model's parameters in registration order, with their names and whether each takes weight
+/// decay (matrices do; biases, gains and nothing else as GPT-2's training).
+struct Parameters {
+  std::vector<torch::Tensor> all;
+  std::vector<std::string> names;
+  std::vector<bool> decay;
+  /// The parameters with decay, then those without: AdamW's two groups, in this order.
+  std::vector<torch::Tensor> with_decay(bool decayed) const;
+};
+Parameters parameters_of(Gpt& model);
+
 }  // namespace dtl::train

@@ -166,20 +166,39 @@ void FusedAdamW::load(torch::serialize::InputArchive& archive) {
       const at::Tensor& p = groups_[gi].params[pi];
       c10::IValue step;
       archive.read("step." + key, step);
-      State st;
-      st.step = step.toInt();
-      if (st.step > 0) {
-        at::Tensor m, v;
+      at::Tensor m, v;
+      if (step.toInt() > 0) {
         archive.read("exp_avg." + key, m, /*is_buffer=*/true);
         archive.read("exp_avg_sq." + key, v, /*is_buffer=*/true);
         if (!m.sizes().equals(p.sizes()) || !v.sizes().equals(p.sizes())) {
           throw std::runtime_error("optimizer state " + key + " has another shape than its parameter");
         }
-        st.exp_avg = at::empty_like(p, at::MemoryFormat::Contiguous).copy_(m);
-        st.exp_avg_sq = at::empty_like(p, at::MemoryFormat::Contiguous).copy_(v);
       }
-      state_[gi][pi] = std::move(st);
+      set_state(gi, pi, step.toInt(), m, v);
     }
+  }
+}
+
+void FusedAdamW::set_state(size_t group, size_t index, int64_t step, const at::Tensor& exp_avg,
+                           const at::Tensor& exp_avg_sq) {
+  const at::Tensor& p = groups_[group].params[index];
+  State st;
+  st.step = step;
+  if (step > 0) {
+    if (exp_avg.numel() != p.numel() || exp_avg_sq.numel() != p.numel()) {
+      throw std::runtime_error("optimizer state " + std::to_string(group) + "." + std::to_string(index) + " has " +
+                               std::to_string(exp_avg.numel()) + " elements; its parameter has " +
+                               std::to_string(p.numel()));
+    }
+    st.exp_avg = at::empty_like(p, at::MemoryFormat::Contiguous).copy_(exp_avg.reshape(p.sizes()));
+    st.exp_avg_sq = at::empty_like(p, at::MemoryFormat::Contiguous).copy_(exp_avg_sq.reshape(p.sizes()));
+  }
+  state_[group][index] = std::move(st);
+}
+
+void FusedAdamW::clear_state() {
+  for (auto& group : state_) {
+    for (State& st : group) st = State{};
   }
 }
 

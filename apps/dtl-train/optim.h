@@ -55,6 +55,12 @@ class FusedAdamW {
   void load(torch::serialize::InputArchive& archive);
 
   const State& state(size_t group, size_t index) const { return state_[group][index]; }
+  /// Sets one parameter's state, as load does: `step` 0 means none yet; otherwise the moments are
+  /// copied (any shape with the parameter's element count) onto the parameter's device. Throws
+  /// std::runtime_error when their element count is another.
+  void set_state(size_t group, size_t index, int64_t step, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq);
+  /// Frees every parameter's state, as before the first step.
+  void clear_state();
   /// Bytes of the moments held (created at each parameter's first step).
   size_t state_bytes() const;
 

@@ -70,7 +70,9 @@ std::string apply_accelerate_env(TrainOptions& v, const std::set<std::string>& g
     v.sources[name] = given.count(name) ? std::string("--") + name : "default";
   }
   if (const std::string mp = read("ACCELERATE_MIXED_PRECISION"); !mp.empty() && !given.count("mixed_precision")) {
-    if (mp != "no" && mp != "bf16") return "ACCELERATE_MIXED_PRECISION=" + mp + " is not supported (use no or bf16)";
+    if (mp != "no" && mp != "bf16" && mp != "fp16") {
+      return "ACCELERATE_MIXED_PRECISION=" + mp + " is not supported (use no, bf16 or fp16)";
+    }
     v.mixed_precision = mp;
     v.sources["mixed_precision"] = "ACCELERATE_MIXED_PRECISION";
   }
@@ -161,8 +163,10 @@ std::string check_options(const TrainOptions& o) {
     e << "--backend must be auto, nccl or gloo (got '" << o.backend << "')";
   else if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
     e << "--device must be auto, cpu or cuda (got '" << o.device << "')";
-  else if (o.mixed_precision != "no" && o.mixed_precision != "bf16")
-    e << "--mixed_precision must be no or bf16 (got '" << o.mixed_precision << "')";
+  else if (o.mixed_precision != "no" && o.mixed_precision != "bf16" && o.mixed_precision != "fp16")
+    e << "--mixed_precision must be no, bf16 or fp16 (got '" << o.mixed_precision << "')";
+  else if (o.loss_scale != "auto" && o.loss_scale != "dynamic" && o.loss_scale != "none")
+    e << "--loss_scale must be auto, dynamic or none (got '" << o.loss_scale << "')";
   else if (o.zero == 3)
     e << "--zero 3: dtl-train shards optimizer state and gradients (stages 1 and 2), not parameters";
   else if (o.zero < 0 || o.zero > 3) e << "--zero must be 0, 1 or 2 (got " << o.zero << ")";
@@ -173,8 +177,8 @@ std::string check_options(const TrainOptions& o) {
   else if (o.checkpoint_every < 1) e << "--checkpoint_every must be >= 1 (got " << o.checkpoint_every << ")";
   else if (o.peak_tflops < 0) e << "--peak_tflops must be >= 0 (got " << o.peak_tflops << ")";
   else if (o.log_every < 1) e << "--log_every must be >= 1 (got " << o.log_every << ")";
-  else if (o.fail_how != "raise" && o.fail_how != "kill" && o.fail_how != "hang")
-    e << "--fail_how must be raise, kill or hang (got '" << o.fail_how << "')";
+  else if (o.fail_how != "raise" && o.fail_how != "kill" && o.fail_how != "hang" && o.fail_how != "nonfinite")
+    e << "--fail_how must be raise, kill, hang or nonfinite (got '" << o.fail_how << "')";
   return e.str();
 }
 
@@ -213,7 +217,10 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
   app.add_option("--backend", v.backend, "auto, nccl or gloo (auto: NCCL on CUDA when built with it, else Gloo)");
   app.add_option("--device", v.device, "auto, cpu or cuda");
   auto* mp = app.add_option("--mixed_precision", v.mixed_precision,
-                 "no or bf16 (default: ACCELERATE_MIXED_PRECISION, else no)");
+                 "no, bf16 or fp16 (default: ACCELERATE_MIXED_PRECISION, else no); fp16 scales the loss");
+  app.add_option("--loss_scale", v.loss_scale,
+                 "dynamic (torch's GradScaler: from 2^16, a step with non-finite gradients is skipped and halves "
+                 "it, 2000 clean steps double it), none, or auto (default: dynamic with fp16, else none)");
   auto* zero = app.add_option("--zero", v.zero,
                               "ZeRO stage: 0 (data parallel), 1 (each rank keeps and steps its shard of the AdamW "
                               "state), 2 (and of the gradients) (default: accelerate's DeepSpeed or FSDP "
@@ -230,10 +237,15 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
   app.add_option("--metrics", v.metrics, "JSON-lines file of the logged steps (rank 0)");
   app.add_option("--log_every", v.log_every, "steps between log lines (default 10)");
   app.add_option("--peak_tflops", v.peak_tflops, "a device's peak TFLOP/s (H200 bf16 dense: 989); adds MFU to the logs");
+  app.add_option("--consolidate", v.consolidate,
+                 "CKPT_DIR OUT: make the ZeRO checkpoint in CKPT_DIR whole, in OUT/checkpoint.pt, which a run of "
+                 "any --zero stage and world size can start from; then exit (give the run's model flags)")
+      ->expected(2);
   app.add_option("--dump_params", v.dump_params, "directory where each rank writes its final parameters (rank<R>.bin)");
   app.add_option("--fail_at_step", v.fail_at_step, "testing: fail at the start of this step on the first attempt");
   app.add_option("--fail_rank", v.fail_rank, "testing: the rank that fails (default 0)");
-  app.add_option("--fail_how", v.fail_how, "testing: raise (exception, error file), kill (SIGKILL) or hang (stop responding)");
+  app.add_option("--fail_how", v.fail_how, "testing: raise (exception, error file), kill (SIGKILL), hang (stop responding) or "
+                 "nonfinite (infinite gradients on that step)");
 
   app.allow_extras();  // unknown options are reported below, one line naming the first
   std::vector<std::string> reversed(args.rbegin(), args.rend());

@@ -39,7 +39,8 @@ struct TrainOptions {
   std::string data;  ///< text file for byte-level LM; empty means synthetic tokens
   std::string backend = "auto";  ///< auto, nccl or gloo
   std::string device = "auto";   ///< auto, cpu or cuda
-  std::string mixed_precision = "no";  ///< no or bf16
+  std::string mixed_precision = "no";  ///< no, bf16 or fp16
+  std::string loss_scale = "auto";  ///< dynamic, none, or auto: dynamic with fp16, else none
   bool activation_checkpointing = false;  ///< recompute each block's activations in backward
   int zero = 0;  ///< ZeRO stage: 0 (DDP), 1 (optimizer state sharded) or 2 (and gradients)
   std::string cpu_kernels = "fused";  ///< fused (fused_ops.h where they apply) or torch (torch's ops only)
@@ -50,10 +51,14 @@ struct TrainOptions {
   std::string metrics;  ///< JSON-lines file written by rank 0
   long long log_every = 10;
   double peak_tflops = 0;  ///< one device's peak for the precision used; > 0 adds MFU to the logs
+  /// {CKPT_DIR, OUT}: make the sharded checkpoint in CKPT_DIR whole in OUT, and train nothing.
+  std::vector<std::string> consolidate;
   std::string dump_params;  ///< directory: each rank writes its final parameters there
   long long fail_at_step = -1;  ///< fault injection for tests, only on the first attempt
   int fail_rank = 0;
-  std::string fail_how = "raise";  ///< raise (error file, exit 1), kill (SIGKILL) or hang (peers must time out)
+  /// raise (error file, exit 1), kill (SIGKILL), hang (peers must time out) or nonfinite (the
+  /// rank's gradients of that step are made infinite: a loss scaler skips the step)
+  std::string fail_how = "raise";
   /// Where the settings that accelerate's variables may give came from, for the start line:
   /// "--grad_accum", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS" or "default" (the preset's).
   std::map<std::string, std::string> sources;

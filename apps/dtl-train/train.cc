@@ -3,22 +3,28 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <limits>
 #include <sstream>
 
 #include <torch/cuda.h>
 #include <torch/serialize.h>
 #include <torch/utils.h>
+#include <torch/version.h>
 
 #include "atomic_file.h"
 #include "autocast.h"
 #include "blas.h"
+#include "checkpoint.h"
 #include "comm.h"
 #include "data.h"
 #include "fused_ops.h"
+#include "loss_scale.h"
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
@@ -39,13 +45,6 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-/// The model shape as stored in checkpoints: resuming another shape is an error, not garbage.
-std::string shape_text(const ModelShape& s) {
-  std::ostringstream o;
-  o << "layers=" << s.layers << " width=" << s.width << " heads=" << s.heads << " context=" << s.context
-    << " vocab=" << s.vocab;
-  return o.str();
-}
 
 struct Placement {
   c10::Device device = c10::kCPU;
@@ -74,119 +73,15 @@ Placement place(const TrainOptions& o, const LaunchEnv& env) {
 }
 
 /// What the model's GELU and attention run on, for the start line: fused_ops.h's own conditions,
-/// asked of an empty tensor of what they will be given (bf16 under autocast).
-std::string kernels_used(const TrainOptions& o, c10::Device device) {
-  const at::Tensor given =
-      at::empty({0}, at::TensorOptions(device).dtype(o.mixed_precision == "bf16" ? at::kBFloat16 : at::kFloat));
+/// asked of an empty tensor of what they will be given (the autocast dtype under autocast).
+std::string kernels_used(const TrainOptions& o, c10::Device device, std::optional<c10::ScalarType> autocast) {
+  const at::Tensor given = at::empty({0}, at::TensorOptions(device).dtype(autocast.value_or(at::kFloat)));
   if (o.cpu_kernels != "fused" || !fused_gelu_usable(given)) return "torch's ops";
   if (o.model.dropout > 0) return "fused GELU, torch's attention (dropout)";
   if (!fused_attention_usable(given)) return "fused GELU, torch's attention (no sgemm in the process)";
   return "fused GELU and attention";
 }
 
-/// Where the run stands: what a checkpoint stores besides the model and the optimizer.
-struct Progress {
-  long long step = 0;      ///< optimizer steps done
-  long long position = 0;  ///< global sample number of the next step's first row
-};
-
-/// How the optimizer state is kept: whole in the checkpoint (stage 0), or one file per rank.
-struct Sharding {
-  int zero = 0;
-  int world = 1;
-  std::string text() const {
-    return "--zero " + std::to_string(zero) + (zero > 0 ? " on " + std::to_string(world) + " ranks" : "");
-  }
-};
-
-/// The checkpoint: the model, where the run stands and, at stage 0, the optimizer (`opt`).
-void save_checkpoint(const std::string& path, Gpt& model, const FusedAdamW* opt, const Progress& p,
-                     const Sharding& sharding) {
-  torch::serialize::OutputArchive root, m, o;
-  model->save(m);
-  root.write("model", m);
-  if (opt) {
-    opt->save(o);
-    root.write("optimizer", o);
-  }
-  root.write("sharding", c10::IValue(sharding.text()));
-  root.write("step", c10::IValue(static_cast<int64_t>(p.step)));
-  root.write("position", c10::IValue(static_cast<int64_t>(p.position)));
-  root.write("shape", c10::IValue(shape_text(model->shape())));
-  root.write("rng", at::detail::getDefaultCPUGenerator().get_state());
-  std::ostringstream bytes;
-  root.save_to(bytes);
-  write_file_atomically(path, bytes.str());
-}
-
-Progress load_checkpoint(const std::string& path, Gpt& model, FusedAdamW* opt, c10::Device device,
-                         const Sharding& sharding) {
-  torch::serialize::InputArchive root, m, o;
-  root.load_from(path, device);
-  c10::IValue shape, step, position, written;
-  root.read("shape", shape);
-  if (shape.toStringRef() != shape_text(model->shape())) {
-    throw UsageError("checkpoint " + path + " is of another model (" + shape.toStringRef() + "; this run: " +
-                     shape_text(model->shape()) + ")");
-  }
-  const std::string was = root.try_read("sharding", written) ? written.toStringRef() : Sharding{}.text();
-  if (was != sharding.text()) {
-    throw UsageError("checkpoint " + path + " was written with " + was + "; this run has " + sharding.text() +
-                     ": resume with the same");
-  }
-  root.read("model", m);
-  model->load(m);
-  if (opt) {
-    root.read("optimizer", o);
-    opt->load(o);
-  }
-  root.read("step", step);
-  root.read("position", position);
-  at::Tensor rng;
-  root.read("rng", rng);
-  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle on the shared state
-  generator.set_state(rng.cpu());
-  return {step.toInt(), position.toInt()};
-}
-
-/// A rank's ZeRO optimizer shard for a step: `DIR/zero-step<S>-rank<R>.pt`.
-std::string shard_path(const std::string& dir, long long step, int rank) {
-  return dir + "/zero-step" + std::to_string(step) + "-rank" + std::to_string(rank) + ".pt";
-}
-
-/// Every rank writes its shard, then (all written) rank 0 the checkpoint that names the step, then
-/// each rank removes its shards of other steps. A run killed at any point resumes from a
-/// checkpoint whose shards all exist.
-void save_sharded(const std::string& dir, const std::string& checkpoint, Gpt& model, const ShardedAdamW& opt,
-                  const Progress& p, const Sharding& sharding, Comm& comm) {
-  torch::serialize::OutputArchive shard;
-  opt.save(shard);
-  std::ostringstream bytes;
-  shard.save_to(bytes);
-  write_file_atomically(shard_path(dir, p.step, comm.rank), bytes.str());
-  const at::Tensor barrier = at::zeros({});
-  allreduce_mean(comm, barrier);
-  if (comm.rank == 0) save_checkpoint(checkpoint, model, nullptr, p, sharding);
-  allreduce_mean(comm, barrier);
-  const std::string mine = "-rank" + std::to_string(comm.rank) + ".pt";
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("zero-step", 0) == 0 && name.ends_with(mine) &&
-        entry.path() != std::filesystem::path(shard_path(dir, p.step, comm.rank))) {
-      std::filesystem::remove(entry.path());
-    }
-  }
-}
-
-void load_shard(const std::string& dir, long long step, int rank, ShardedAdamW& opt) {
-  const std::string path = shard_path(dir, step, rank);
-  if (!std::filesystem::exists(path)) {
-    throw UsageError("checkpoint at step " + std::to_string(step) + " has no optimizer shard " + path);
-  }
-  torch::serialize::InputArchive shard;
-  shard.load_from(path);
-  opt.load(shard);
-}
 
 size_t parameter_bytes(const std::vector<at::Tensor>& params) {
   size_t bytes = 0;
@@ -216,8 +111,13 @@ void dump_parameters(const std::string& dir, int rank, Gpt& model) {
 }
 
 /// The fault a test asked for, on the first attempt only (so the restarted run goes through).
+/// Whether this rank injects the failure `how` at `step` (only on the first attempt).
+bool injects(const TrainOptions& o, const LaunchEnv& env, long long step, const std::string& how) {
+  return step == o.fail_at_step && env.rank == o.fail_rank && env.restart_count == 0 && o.fail_how == how;
+}
+
 void maybe_fail(const TrainOptions& o, const LaunchEnv& env, long long step) {
-  if (step != o.fail_at_step || env.rank != o.fail_rank || env.restart_count != 0) return;
+  if (step != o.fail_at_step || env.rank != o.fail_rank || env.restart_count != 0 || o.fail_how == "nonfinite") return;
   if (o.fail_how == "kill") std::raise(SIGKILL);
   if (o.fail_how == "hang") {
     for (;;) pause();
@@ -246,6 +146,110 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
+/// The dtype the forward autocasts to, std::nullopt for none; UsageError where libtorch has no
+/// such autocast on the device.
+std::optional<c10::ScalarType> autocast_for(const TrainOptions& o, c10::Device device) {
+  if (o.mixed_precision == "no") return std::nullopt;
+  const c10::ScalarType dtype = o.mixed_precision == "fp16" ? at::kHalf : at::kBFloat16;
+  if (!autocast_supports(dtype, device)) {
+    throw UsageError(o.mixed_precision + " mixed precision (" + o.sources.at("mixed_precision") + "): libtorch " +
+                     TORCH_VERSION + " has no " + o.mixed_precision + " autocast on " + device.str() +
+                     "; fp16 on a CPU needs libtorch 2.5, bf16 works there");
+  }
+  return dtype;
+}
+
+/// Rank 0's first line: the job, the model, the batch, and each setting accelerate may give with
+/// where it came from.
+std::string start_line(const TrainOptions& o, const LaunchEnv& env, const Placement& placement,
+                       const Batching& batching, const Reducer& reducer, const TokenSource& data,
+                       std::optional<c10::ScalarType> autocast, const std::optional<LossScaler>& scaler) {
+  std::ostringstream s;
+  s << "dtl-train: " << env.world_size << " rank(s), " << placement.backend << " on " << placement.device.str()
+    << ", " << (parameter_count(o.model) / 1e6) << "M parameters (" << shape_text(o.model) << "), global batch "
+    << batching.global() << " x " << o.model.context << " tokens, " << reducer.bucket_count()
+    << " gradient buckets, " << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision "
+    << o.mixed_precision << ", " << kernels_used(o, placement.device, autocast) << ", data " << data.describe()
+    << "; " << sourced(o, "mixed_precision", o.mixed_precision) << ", "
+    << sourced(o, "grad_accum", std::to_string(o.grad_accum)) << ", " << sourced(o, "grad_clip", c10::str(o.grad_clip))
+    << ", " << sourced(o, "activation_checkpointing", o.activation_checkpointing ? "on" : "off") << ", "
+    << sourced(o, "zero", std::to_string(o.zero)) << ", loss scale "
+    << (scaler ? "dynamic from " + c10::str(scaler->scale()) : std::string("none"));
+  return s.str();
+}
+
+/// Rank 0's warnings about the BLAS a CPU run multiplies with.
+void warn_about_blas() {
+  if (auto blas = loaded_blas()) {
+    if (auto advice = blas_advice(*blas); !advice.empty()) say("dtl-train: warning: " + advice);
+  }
+  if (auto core = openblas_core()) {
+    const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+    const auto set = coretype ? std::optional<std::string>(coretype) : std::nullopt;
+    if (auto advice = openblas_core_advice(*core, cpu_has_avx512(), set); !advice.empty()) {
+      say("dtl-train: warning: " + advice);
+    }
+  }
+}
+
+/// The optimizer a run steps: the whole AdamW (stage 0), or this rank's shard of it (ZeRO).
+struct Optimizer {
+  FusedAdamW& whole;
+  std::unique_ptr<ShardedAdamW> sharded;
+
+  void set_lr(double lr) { sharded ? sharded->set_lr(lr) : whole.set_lr(lr); }
+  void step(const at::Tensor& grad_scale) { sharded ? sharded->step(grad_scale) : whole.step(grad_scale); }
+  size_t state_bytes() const { return sharded ? sharded->state_bytes() : whole.state_bytes(); }
+};
+
+/// The steps since the last log line: their wall and CPU time and the reducer's waits.
+class Interval {
+ public:
+  void add(const Reducer& reducer) {
+    steps_++;
+    wait_ += reducer.last_wait_s();
+    busy_ += reducer.last_timing().busy;
+    exposed_ += reducer.last_timing().exposed;
+  }
+
+  /// The record of the interval that ends now at `step`, without its loss, lr and norm; restarts.
+  StepRecord close(const TrainOptions& o, const LaunchEnv& env, long long step, long long tokens_per_step,
+                   bool measures_overlap) {
+    const double elapsed = seconds_since(start_);
+    StepRecord r;
+    r.step = step;
+    r.steps = o.steps;
+    r.step_time_s = elapsed / steps_;
+    r.cpu_time_s = (process_cpu_seconds() - cpu_start_) / steps_;
+    r.tokens_per_s = tokens_per_step * steps_ / elapsed;
+    r.comm_wait_share = wait_ / elapsed;
+    r.comm_hidden_share = !measures_overlap ? std::nan("") : busy_ > 0 ? 1.0 - exposed_ / busy_ : 1.0;
+    if (o.peak_tflops > 0) r.mfu = r.tokens_per_s / env.world_size * flops_per_token(o.model) / (o.peak_tflops * 1e12);
+    r.tokens = step * tokens_per_step;
+    r.world_size = env.world_size;
+    *this = Interval();
+    return r;
+  }
+
+  long long steps() const { return steps_; }
+
+  /// Runs `f` (a checkpoint's saving) outside the interval's time.
+  template <class F>
+  void exclude(F&& f) {
+    const auto wall = Clock::now();
+    const double cpu = process_cpu_seconds();
+    f();
+    start_ += Clock::now() - wall;
+    cpu_start_ += process_cpu_seconds() - cpu;
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now();
+  double cpu_start_ = process_cpu_seconds();
+  double wait_ = 0, busy_ = 0, exposed_ = 0;
+  long long steps_ = 0;
+};
+
 int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::unique_ptr<Comm>& comm) {
   // Everything a user can get wrong is checked before the first collective, on every rank.
   doing = "reading the data";
@@ -254,6 +258,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   if (auto problem = check_data_fits(*data, batching, o.model.context); !problem.empty()) throw UsageError(problem);
   const Placement placement = place(o, env);
   const c10::Device device = placement.device;
+  const std::optional<c10::ScalarType> autocast = autocast_for(o, device);
   const bool leader = env.rank == 0;
   const std::string checkpoint = o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/checkpoint.pt";
 
@@ -263,83 +268,61 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   model->set_activation_checkpointing(o.activation_checkpointing);
   model->to(device);
   model->train();
-  std::vector<at::Tensor> decay, no_decay, params;
-  std::vector<std::string> names;
-  for (auto& item : model->named_parameters()) {
-    const at::Tensor& p = item.value();
-    (p.dim() >= 2 ? decay : no_decay).push_back(p);
-    params.push_back(p);
-    names.push_back(item.key());
-  }
+  const Parameters params = parameters_of(model);
   // torch::optim::AdamW's update (decoupled decay on matrices only), fused into one pass per parameter.
-  FusedAdamW optimizer({{decay, o.weight_decay}, {no_decay, 0.0}}, o.lr, o.beta1, o.beta2, 1e-8);
+  FusedAdamW whole({{params.with_decay(true), o.weight_decay}, {params.with_decay(false), 0.0}}, o.lr, o.beta1,
+                   o.beta2, 1e-8);
 
   const Sharding sharding{o.zero, o.zero > 0 ? env.world_size : 1};
   Progress progress;
-  bool resumed = false;
+  std::optional<Loaded> resumed;
   if (!checkpoint.empty()) {
     std::filesystem::create_directories(o.checkpoint_dir);
     if (leader) remove_stale_temps(checkpoint);
     if (std::filesystem::exists(checkpoint)) {
       doing = "loading " + checkpoint;
-      progress = load_checkpoint(checkpoint, model, o.zero > 0 ? nullptr : &optimizer, device, sharding);
-      resumed = true;
+      resumed = load_checkpoint(checkpoint, model, whole, device, sharding);
+      progress = resumed->progress;
       if (leader) say("resumed from " + checkpoint + " at step " + std::to_string(progress.step));
     }
   }
 
   doing = "connecting to rank 0's store at " + env.master_addr + ":" + std::to_string(env.master_port);
-  comm = connect(env, placement.backend, device,
-                      std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000)));
+  comm = connect(env, placement.backend, device, std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000)));
   doing = "broadcasting the parameters";
-  broadcast_from_rank0(*comm, params);
-  Reducer reducer(*comm, params, names, static_cast<size_t>(o.bucket_mb * 1024 * 1024), !device.is_cuda(), o.zero);
-  std::unique_ptr<ShardedAdamW> sharded;
+  broadcast_from_rank0(*comm, params.all);
+  Reducer reducer(*comm, params.all, params.names, static_cast<size_t>(o.bucket_mb * 1024 * 1024), !device.is_cuda(),
+                  o.zero);
+  Optimizer optimizer{whole, nullptr};
   if (o.zero > 0) {
-    std::vector<bool> decay;
-    for (const auto& p : params) decay.push_back(p.dim() >= 2);
-    sharded = std::make_unique<ShardedAdamW>(*comm, reducer, params, decay, o.weight_decay, o.lr, o.beta1, o.beta2);
-    if (resumed) {
+    optimizer.sharded = std::make_unique<ShardedAdamW>(*comm, reducer, params.all, params.decay, o.weight_decay, o.lr,
+                                                       o.beta1, o.beta2);
+    if (resumed && resumed->whole) {  // this rank's pieces of a whole checkpoint's optimizer
+      optimizer.sharded->take_whole(whole, params.decay);
+      whole.clear_state();
+    } else if (resumed) {
       doing = "loading this rank's optimizer shard";
-      load_shard(o.checkpoint_dir, progress.step, env.rank, *sharded);
+      load_shard(o.checkpoint_dir, progress.step, env.rank, *optimizer.sharded);
     }
   }
+  std::optional<LossScaler> scaler;
+  if (o.loss_scale == "dynamic" || (o.loss_scale == "auto" && o.mixed_precision == "fp16")) {
+    scaler.emplace(progress.loss_scale);
+  }
 
-  const long long tokens_per_step = batching.global() * o.model.context;
   if (leader) {
-    std::ostringstream s;
-    s << "dtl-train: " << env.world_size << " rank(s), " << placement.backend << " on " << device.str() << ", "
-      << (parameter_count(o.model) / 1e6) << "M parameters (" << shape_text(o.model) << "), global batch "
-      << batching.global() << " x " << o.model.context << " tokens, " << reducer.bucket_count()
-      << " gradient buckets, " << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision "
-      << o.mixed_precision << ", " << kernels_used(o, device) << ", data " << data->describe() << "; "
-      << sourced(o, "mixed_precision", o.mixed_precision) << ", " << sourced(o, "grad_accum", std::to_string(o.grad_accum))
-      << ", " << sourced(o, "grad_clip", c10::str(o.grad_clip)) << ", "
-      << sourced(o, "activation_checkpointing", o.activation_checkpointing ? "on" : "off") << ", "
-      << sourced(o, "zero", std::to_string(o.zero));
-    say(s.str());
-    if (auto blas = loaded_blas(); blas && !device.is_cuda()) {
-      if (auto advice = blas_advice(*blas); !advice.empty()) say("dtl-train: warning: " + advice);
-    }
-    if (auto core = openblas_core(); core && !device.is_cuda()) {
-      const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-      const auto set = coretype ? std::optional<std::string>(coretype) : std::nullopt;
-      if (auto advice = openblas_core_advice(*core, cpu_has_avx512(), set); !advice.empty()) say("dtl-train: warning: " + advice);
-    }
+    say(start_line(o, env, placement, batching, reducer, *data, autocast, scaler));
+    if (!device.is_cuda()) warn_about_blas();
   }
   std::ofstream metrics;
   if (leader && !o.metrics.empty()) metrics.open(o.metrics, std::ios::app);
 
   const LrSchedule schedule{o.lr, o.effective_min_lr(), o.effective_warmup(), o.steps};
-  const bool bf16 = o.mixed_precision == "bf16";
+  const long long tokens_per_step = batching.global() * o.model.context;
   const int T = o.model.context;
   at::Tensor tokens = torch::empty({o.batch_size, T + 1}, torch::kLong);
-  auto interval_start = Clock::now();
-  double interval_cpu_start = process_cpu_seconds();
-  double interval_wait = 0, interval_busy = 0, interval_exposed = 0;
-  long long interval_steps = 0;
+  Interval interval;
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
-  at::Tensor grad_norm;
 
   const long long first_step = progress.step;
   while (progress.step < o.steps) {
@@ -347,11 +330,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
     doing = "step " + std::to_string(step) + " of " + std::to_string(o.steps);
     maybe_fail(o, env, step);
     const double lr = lr_at(schedule, progress.step);
-    if (sharded) {
-      sharded->set_lr(lr);
-    } else {
-      optimizer.set_lr(lr);
-    }
+    optimizer.set_lr(lr);
     if (o.model.dropout > 0) torch::manual_seed(mix64(o.seed ^ mix64(progress.step * 4099 + env.rank)));
 
     for (int micro = 0; micro < o.grad_accum; ++micro) {
@@ -365,74 +344,57 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       reducer.prepare(micro == o.grad_accum - 1);
       at::Tensor loss;
       {
-        Autocast autocast(bf16, device);
+        Autocast on(autocast, device);
         loss = model->loss(batch);
       }
       if (o.grad_accum > 1) loss = loss / o.grad_accum;
-      loss.backward();
+      at::Tensor scaled = scaler ? loss * scaler->scale() : loss;
+      if (micro == 0 && injects(o, env, step, "nonfinite")) scaled = scaled * std::numeric_limits<double>::infinity();
+      scaled.backward();
       reducer.end_micro_batch();
       loss_sum += loss.detach();
     }
-    grad_norm = reducer.finish(o.grad_clip);
-    if (sharded) {
-      sharded->step(reducer.clip_scale());
+    const double scale = scaler ? scaler->scale() : 1.0;
+    const at::Tensor grad_norm = reducer.finish(o.grad_clip, scale);
+    if (scaler && !scaler->update(std::isfinite(grad_norm.item<double>()))) {
+      if (leader) {
+        say("dtl-train: step " + std::to_string(step) + ": gradients not finite at loss scale " + c10::str(scale) +
+            ": the step is skipped and the scale is now " + c10::str(scaler->scale()));
+      }
     } else {
       optimizer.step(reducer.clip_scale());
     }
     if (leader && progress.step == first_step) {
-      say(memory_line(o, reducer, sharded ? sharded->parameter_bytes() : parameter_bytes(params),
-                      sharded ? sharded->state_bytes() : optimizer.state_bytes()));
+      const size_t held = optimizer.sharded ? optimizer.sharded->parameter_bytes() : parameter_bytes(params.all);
+      say(memory_line(o, reducer, held, optimizer.state_bytes()));
     }
     reducer.zero_grad();
     progress.step = step;
     progress.position += batching.global();
-    interval_steps++;
-    interval_wait += reducer.last_wait_s();
-    interval_busy += reducer.last_timing().busy;
-    interval_exposed += reducer.last_timing().exposed;
+    if (scaler) progress.loss_scale = scaler->state();
+    interval.add(reducer);
 
     if (step % o.log_every == 0 || step == o.steps) {
-      const double loss_mean = allreduce_mean(*comm, loss_sum) / static_cast<double>(interval_steps);
+      const double loss_mean = allreduce_mean(*comm, loss_sum) / static_cast<double>(interval.steps());
       loss_sum.zero_();
-      const double elapsed = seconds_since(interval_start);
-      StepRecord r;
-      r.step = step;
-      r.steps = o.steps;
+      StepRecord r = interval.close(o, env, step, tokens_per_step, reducer.measures_overlap());
       r.loss = loss_mean;
       r.lr = lr;
       r.grad_norm = grad_norm.item<double>();
-      r.step_time_s = elapsed / interval_steps;
-      r.cpu_time_s = (process_cpu_seconds() - interval_cpu_start) / interval_steps;
-      r.tokens_per_s = tokens_per_step * interval_steps / elapsed;
-      r.comm_wait_share = interval_wait / elapsed;
-      r.comm_hidden_share = !reducer.measures_overlap() ? std::nan("")
-                            : interval_busy > 0     ? 1.0 - interval_exposed / interval_busy
-                                                    : 1.0;
-      if (o.peak_tflops > 0) {
-        r.mfu = r.tokens_per_s / env.world_size * flops_per_token(o.model) / (o.peak_tflops * 1e12);
-      }
-      r.tokens = step * tokens_per_step;
-      r.world_size = env.world_size;
       if (leader) {
         say(log_line(r));
         if (metrics.is_open()) metrics << metrics_json(r) << "\n" << std::flush;
       }
-      interval_steps = 0;
-      interval_wait = interval_busy = interval_exposed = 0;
-      interval_start = Clock::now();
-      interval_cpu_start = process_cpu_seconds();
     }
-    if (!checkpoint.empty() && (leader || sharded) && (step % o.checkpoint_every == 0 || step == o.steps)) {
+    if (!checkpoint.empty() && (leader || optimizer.sharded) && (step % o.checkpoint_every == 0 || step == o.steps)) {
       doing = "saving " + checkpoint + " at step " + std::to_string(step);
-      const auto saving = Clock::now();
-      const double saving_cpu = process_cpu_seconds();
-      if (sharded) {
-        save_sharded(o.checkpoint_dir, checkpoint, model, *sharded, progress, sharding, *comm);
-      } else {
-        save_checkpoint(checkpoint, model, &optimizer, progress, sharding);
-      }
-      interval_start += Clock::now() - saving;  // not part of the steps' time
-      interval_cpu_start += process_cpu_seconds() - saving_cpu;
+      interval.exclude([&] {  // not part of the steps' time
+        if (optimizer.sharded) {
+          save_sharded(o.checkpoint_dir, checkpoint, model, *optimizer.sharded, progress, sharding, *comm);
+        } else {
+          save_checkpoint(checkpoint, model, &whole, progress, sharding);
+        }
+      });
     }
   }
 
@@ -456,6 +418,22 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
 }
 
 }  // namespace
+
+int run_consolidation(const TrainOptions& o) {
+  const std::string& dir = o.consolidate.at(0);
+  try {
+    say(consolidate(o.model, dir, o.consolidate.at(1)));
+    return 0;
+  } catch (const UsageError& e) {
+    std::cerr << "dtl-train: error: " << e.what() << "\n";
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "dtl-train: error: --consolidate " << dir << ": " << e.what_without_backtrace() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "dtl-train: error: --consolidate " << dir << ": " << e.what() << "\n";
+  }
+  return 1;
+}
 
 int run_training(const TrainOptions& o, const LaunchEnv& env) {
   std::string doing = "starting";

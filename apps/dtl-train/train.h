@@ -11,4 +11,8 @@ namespace dtl::train {
 /// torchrun's error file saying what the rank was doing (see exit_with_report).
 int run_training(const TrainOptions& o, const LaunchEnv& env);
 
+/// dtl-train --consolidate DIR OUT: makes the sharded checkpoint in DIR whole in OUT and returns
+/// 0; 2 after one line for what the user can mend, 1 after one line for anything else.
+int run_consolidation(const TrainOptions& o);
+
 }  // namespace dtl::train

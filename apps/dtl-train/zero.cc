@@ -16,6 +16,7 @@ ShardedAdamW::Pieces ShardedAdamW::cut(const Comm& comm, const Reducer& reducer,
   at::NoGradGuard no_grad;
   Pieces out;
   out.groups = {{{}, weight_decay}, {{}, 0.0}};
+  out.where.resize(2);
   for (size_t b = 0; b < reducer.bucket_count(); ++b) {
     const int64_t padded = reducer.padded_size(b), chunk = padded / comm.world;
     const int64_t begin = comm.rank * chunk, end = begin + chunk;
@@ -30,6 +31,7 @@ ShardedAdamW::Pieces ShardedAdamW::cut(const Comm& comm, const Reducer& reducer,
         at::Tensor piece = flat.narrow(0, from, to - from);
         piece.mutable_grad() = grad.narrow(0, from - begin, to - from);
         out.groups[decay[i] ? 0 : 1].params.push_back(piece);
+        out.where[decay[i] ? 0 : 1].push_back({static_cast<int64_t>(i), from - offset, to - from});
       }
     }
     for (size_t i : reducer.bucket_params(b)) {
@@ -47,7 +49,10 @@ ShardedAdamW::ShardedAdamW(Comm& comm, const Reducer& reducer, const std::vector
     : ShardedAdamW(comm, cut(comm, reducer, params, decay, weight_decay), lr, beta1, beta2) {}
 
 ShardedAdamW::ShardedAdamW(Comm& comm, Pieces pieces, double lr, double beta1, double beta2)
-    : comm_(comm), flat_(std::move(pieces.flat)), adamw_(std::move(pieces.groups), lr, beta1, beta2, 1e-8) {}
+    : comm_(comm),
+      flat_(std::move(pieces.flat)),
+      where_(std::move(pieces.where)),
+      adamw_(std::move(pieces.groups), lr, beta1, beta2, 1e-8) {}
 
 void ShardedAdamW::step(const at::Tensor& grad_scale) {
   adamw_.step(grad_scale);
@@ -72,6 +77,17 @@ size_t ShardedAdamW::parameter_bytes() const {
 void ShardedAdamW::save(torch::serialize::OutputArchive& archive) const {
   archive.write("world", c10::IValue(static_cast<int64_t>(comm_.world)));
   archive.write("rank", c10::IValue(static_cast<int64_t>(comm_.rank)));
+  for (size_t g = 0; g < where_.size(); ++g) {
+    at::Tensor table = at::empty({static_cast<int64_t>(where_[g].size()), 3}, at::kLong);
+    auto rows = table.accessor<int64_t, 2>();
+    for (size_t k = 0; k < where_[g].size(); ++k) {
+      const Piece& w = where_[g][k];
+      rows[k][0] = w.param;
+      rows[k][1] = w.offset;
+      rows[k][2] = w.length;
+    }
+    archive.write("pieces." + std::to_string(g), table, /*is_buffer=*/true);
+  }
   adamw_.save(archive);
 }
 
@@ -85,6 +101,52 @@ void ShardedAdamW::load(torch::serialize::InputArchive& archive) {
                              std::to_string(comm_.world));
   }
   adamw_.load(archive);
+}
+
+ShardedAdamW::Shard ShardedAdamW::read(torch::serialize::InputArchive& archive) {
+  Shard out;
+  c10::IValue world, rank;
+  archive.read("world", world);
+  archive.read("rank", rank);
+  out.world = static_cast<int>(world.toInt());
+  out.rank = static_cast<int>(rank.toInt());
+  // An optimizer over stand-ins of the pieces' sizes reads their state as load does.
+  std::vector<FusedAdamW::Group> groups(2);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    at::Tensor table;
+    if (!archive.try_read("pieces." + std::to_string(g), table, /*is_buffer=*/true)) {
+      throw std::runtime_error("the shard does not say where its pieces lie: it was written by an older dtl-train");
+    }
+    auto& pieces = out.pieces.emplace_back();
+    const auto rows = table.accessor<int64_t, 2>();
+    for (int64_t k = 0; k < table.size(0); ++k) {
+      pieces.push_back({rows[k][0], rows[k][1], rows[k][2]});
+      groups[g].params.push_back(at::empty({pieces.back().length}));
+    }
+  }
+  FusedAdamW stand_in(groups, 0, 0, 0);
+  stand_in.load(archive);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    auto& states = out.state.emplace_back();
+    for (size_t k = 0; k < groups[g].params.size(); ++k) states.push_back(stand_in.state(g, k));
+  }
+  return out;
+}
+
+void ShardedAdamW::take_whole(const FusedAdamW& whole, const std::vector<bool>& decay) {
+  std::vector<size_t> index_in_group(decay.size());  // a parameter's index in the whole optimizer's group
+  size_t counts[2] = {0, 0};
+  for (size_t i = 0; i < decay.size(); ++i) index_in_group[i] = counts[decay[i] ? 0 : 1]++;
+  at::NoGradGuard no_grad;
+  for (size_t g = 0; g < where_.size(); ++g) {
+    for (size_t k = 0; k < where_[g].size(); ++k) {
+      const Piece& w = where_[g][k];
+      const FusedAdamW::State& st = whole.state(decay[w.param] ? 0 : 1, index_in_group[w.param]);
+      if (st.step == 0) continue;
+      adamw_.set_state(g, k, st.step, st.exp_avg.reshape({-1}).narrow(0, w.offset, w.length),
+                       st.exp_avg_sq.reshape({-1}).narrow(0, w.offset, w.length));
+    }
+  }
 }
 
 }  // namespace dtl::train

@@ -34,9 +34,16 @@ class BadInput(TrainTest):
         self.check([*TINY, "--backend", "nccl", "--steps", 1], "--backend nccl needs a CUDA device" if nccl_build else
                    "--backend nccl: this dtl-train was built without NCCL (scripts/build-cuda.sh builds one with it)")
 
-    def test_fp16_from_accelerate_is_refused(self):
-        self.check([*TINY], "ACCELERATE_MIXED_PRECISION=fp16 is not supported (use no or bf16)",
+    def test_fp16_on_a_cpu_without_its_autocast_is_refused_naming_where_it_came_from(self):
+        # Debian's libtorch 1.13 autocasts to bf16 only on a CPU; fp8 is no choice of dtl-train's.
+        self.check([*TINY, "--device", "cpu"], "fp16 mixed precision (ACCELERATE_MIXED_PRECISION): libtorch 1.13.0 "
+                   "has no fp16 autocast on cpu; fp16 on a CPU needs libtorch 2.5, bf16 works there",
                    env=self.env(ACCELERATE_MIXED_PRECISION="fp16"))
+        self.check([*TINY, "--device", "cpu", "--mixed_precision", "fp16"], "fp16 mixed precision "
+                   "(--mixed_precision): libtorch 1.13.0 has no fp16 autocast on cpu; fp16 on a CPU needs libtorch "
+                   "2.5, bf16 works there")
+        self.check([*TINY], "ACCELERATE_MIXED_PRECISION=fp8 is not supported (use no, bf16 or fp16)",
+                   env=self.env(ACCELERATE_MIXED_PRECISION="fp8"))
 
     def test_a_missing_data_file(self):
         path = os.path.join(self.tmp, "missing.txt")

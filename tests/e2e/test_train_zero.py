@@ -2,9 +2,12 @@
 each rank holding only its shard of the AdamW state (stage 1) and of the gradients (stage 2), as
 counted from the live tensors; a run killed and restarted by dtlaunch resumes from every rank's
 shard and ends bit for bit where an uninterrupted run ends; a checkpoint of another stage or world
-size is refused in one line; accelerate's DeepSpeed and FSDP files choose the stage."""
+size is refused in one line, and --consolidate makes it whole, so that a run of any stage and
+world size continues it; accelerate's DeepSpeed and FSDP files choose the stage."""
 import os
 import re
+import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
@@ -77,8 +80,48 @@ class Zero(TrainTest):
         self.assertIn(f"dtl-train: error: checkpoint {ck}/checkpoint.pt was written with --zero 2 on 2 ranks; "
                       "this run has --zero 2 on 4 ranks: resume with the same", r.stdout + r.stderr)
         r, _ = self.train(2, *RUN, "--steps", 8, "--zero", 0, "--checkpoint_dir", ck, expect=2, name="stage0")
-        self.assertIn("was written with --zero 2 on 2 ranks; this run has --zero 0: resume with the same",
-                      r.stdout + r.stderr)
+        self.assertIn("was written with --zero 2 on 2 ranks; this run has --zero 0: resume with the same, or make "
+                      f"it whole first (dtl-train --consolidate {ck} OUT)", r.stdout + r.stderr)
+
+    def consolidate(self, *args, expect=0):
+        r = subprocess.run([DTL_TRAIN, "--consolidate", *map(str, args), *TINY], capture_output=True, text=True,
+                           timeout=60)
+        self.assertExitCode(r, expect)
+        return r
+
+    def test_a_consolidated_checkpoint_continues_at_another_world_size_and_stage(self):
+        # The same 8 samples a step at every world size: 2 ranks x 2 x 2 micro-batches, 1 x 4 x 2, 4 x 1 x 2.
+        def run(nproc, *args, **kwargs):
+            batch = {1: 4, 2: 2, 4: 1}[nproc]
+            return self.train(nproc, *TINY, "--batch_size", batch, "--grad_accum", 2, "--grad_clip", 0.5,
+                              "--steps", 20, "--log_every", 1, *args, **kwargs)
+        _, reference = run(2, "--zero", 0, name="reference")
+        ck = os.path.join(self.tmp, "ck")
+        r, _ = run(2, "--zero", 2, "--checkpoint_dir", ck, "--checkpoint_every", 10, "--fail_at_step", 11,
+                   expect=1, name="sharded")
+        whole = os.path.join(self.tmp, "whole")
+        r = self.consolidate(ck, whole)
+        self.assertIn(f"dtl-train: {ck}/checkpoint.pt (step 10, --zero 2 on 2 ranks) made whole in "
+                      f"{whole}/checkpoint.pt", r.stdout)
+        for nproc, stage in ((1, 0), (4, 1), (2, 2)):
+            with self.subTest(nproc=nproc, stage=stage):
+                start = os.path.join(self.tmp, f"from{nproc}")
+                shutil.copytree(whole, start)
+                r, out = run(nproc, "--zero", stage, "--checkpoint_dir", start, name=f"n{nproc}z{stage}")
+                self.assertIn("at step 10", r.stdout)
+                self.assertClose(self.losses(out), self.losses(reference)[10:], rel=1e-4, what="losses")
+                self.assertClose(self.params(out, nproc), self.params(reference, 2), rel=1e-4, what="final parameters")
+
+        # What cannot be made whole is refused in one line.
+        r = self.consolidate(whole, os.path.join(self.tmp, "again"), expect=2)
+        self.assertIn(f"dtl-train: error: --consolidate: {whole}/checkpoint.pt is whole already (--zero 0)", r.stderr)
+        r = self.consolidate(ck, ck, expect=2)
+        self.assertIn(f"dtl-train: error: --consolidate: OUT must be another directory than {ck}", r.stderr)
+        os.remove(os.path.join(ck, "zero-step10-rank1.pt"))
+        r = self.consolidate(ck, os.path.join(self.tmp, "missing"), expect=2)
+        self.assertIn(f"is step 10 of --zero 2 on 2 ranks, but rank 1's shard {ck}/zero-step10-rank1.pt is missing",
+                      r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
 
     def accelerate_file(self, text):
         path = os.path.join(self.tmp, "accelerate.yaml")

@@ -47,7 +47,7 @@ Run run(const ModelShape& shape, bool checkpointing, bool bf16) {
   torch::manual_seed(11);  // the dropout masks' stream
   Run r;
   {
-    Autocast autocast(bf16, c10::kCPU);
+    Autocast autocast(bf16 ? std::optional(at::kBFloat16) : std::nullopt, c10::kCPU);
     r.loss = model->loss(tokens);
   }
   r.recomputed_blocks = count_recompute_nodes(r.loss);

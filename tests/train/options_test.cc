@@ -46,8 +46,11 @@ TEST_CASE("dtl-train: impossible shapes and values are one line each") {
   CHECK(parse({"--grad_accum", "0"}).output == "dtl-train: error: --grad_accum must be >= 1 (got 0)");
   CHECK(parse({"--data", "x.txt", "--vocab", "100"}).output ==
         "dtl-train: error: --data is read as bytes and needs --vocab >= 256 (got 100)");
-  CHECK(parse({"--mixed_precision", "fp16"}).output ==
-        "dtl-train: error: --mixed_precision must be no or bf16 (got 'fp16')");
+  CHECK(parse({"--mixed_precision", "fp32"}).output ==
+        "dtl-train: error: --mixed_precision must be no, bf16 or fp16 (got 'fp32')");
+  CHECK(parse({"--loss_scale", "static"}).output ==
+        "dtl-train: error: --loss_scale must be auto, dynamic or none (got 'static')");
+  CHECK(parse({"--fail_how", "nonfinite"}).options);
   CHECK(parse({"--cpu_kernels", "mkl"}).output == "dtl-train: error: --cpu_kernels must be fused or torch (got 'mkl')");
   CHECK(parse({"--cpu_kernels", "torch"}).options->cpu_kernels == "torch");
   CHECK(parse({"--fail_how", "explode"}).exit_code == 2);
@@ -61,8 +64,13 @@ TEST_CASE("dtl-train: ACCELERATE_MIXED_PRECISION is used unless the flag is give
   CHECK(parse({}, {{"ACCELERATE_MIXED_PRECISION", "bf16"}}).options->mixed_precision == "bf16");
   CHECK(parse({"--mixed_precision", "no"}, {{"ACCELERATE_MIXED_PRECISION", "bf16"}}).options->mixed_precision == "no");
   auto fp16 = parse({}, {{"ACCELERATE_MIXED_PRECISION", "fp16"}});
-  CHECK(fp16.exit_code == 2);
-  CHECK(fp16.output == "dtl-train: error: ACCELERATE_MIXED_PRECISION=fp16 is not supported (use no or bf16)");
+  REQUIRE(fp16.options);
+  CHECK(fp16.options->mixed_precision == "fp16");
+  CHECK(fp16.options->loss_scale == "auto");  // dynamic, for fp16
+  CHECK(fp16.options->sources.at("mixed_precision") == "ACCELERATE_MIXED_PRECISION");
+  auto fp8 = parse({}, {{"ACCELERATE_MIXED_PRECISION", "fp8"}});
+  CHECK(fp8.exit_code == 2);
+  CHECK(fp8.output == "dtl-train: error: ACCELERATE_MIXED_PRECISION=fp8 is not supported (use no, bf16 or fp16)");
 }
 
 TEST_CASE("dtl-train: accelerate's variables give grad_accum, grad_clip and FSDP's checkpointing; flags win") {
@@ -126,6 +134,17 @@ TEST_CASE("dtl-train: the ZeRO stage comes from accelerate's DeepSpeed or FSDP v
   CHECK(flag.options->sources.at("zero") == "--zero");
   // Without ACCELERATE_USE_DEEPSPEED the stage variable is not accelerate's word for this run.
   CHECK(parse({}, {{"ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"}}).options->zero == 0);
+}
+
+TEST_CASE("dtl-train: --consolidate takes a checkpoint folder and an output folder, beside the model flags") {
+  auto r = parse({"--consolidate", "ck", "out", "--preset", "tiny"});
+  REQUIRE(r.options);
+  CHECK(r.options->consolidate == std::vector<std::string>{"ck", "out"});
+  CHECK(r.options->model.width == parse({"--preset", "tiny"}).options->model.width);
+  CHECK(parse({}).options->consolidate.empty());
+  auto one = parse({"--consolidate", "ck"});
+  CHECK(one.exit_code == 2);
+  CHECK(one.output.rfind("dtl-train: error: --consolidate", 0) == 0);
 }
 
 TEST_CASE("dtl-train: --help prints the flags and exits 0") {
