@@ -109,33 +109,41 @@ double allreduce_mean(Comm& comm, const at::Tensor& scalar) {
 }
 
 Reducer::Reducer(Comm& comm, std::vector<at::Tensor> params, std::vector<std::string> names, size_t bucket_bytes,
-                 bool measure_overlap, int zero_stage)
+                 bool measure_overlap, int zero_stage, const std::vector<std::vector<size_t>>& buckets)
     : comm_(comm), params_(std::move(params)), names_(std::move(names)), measure_overlap_(measure_overlap),
       zero_stage_(zero_stage) {
   slots_.resize(params_.size());
   seen_.resize(params_.size());
   options_ = params_.front().options();
-  // Like DDP, the first bucket is small (1 MB) so that communication starts early in backward.
-  size_t bytes = 0, cap = std::min<size_t>(bucket_bytes, 1 << 20);
-  for (size_t i = params_.size(); i-- > 0;) {
-    const size_t size = params_[i].numel() * params_[i].element_size();
-    if (buckets_.empty() || (bytes > 0 && bytes + size > cap)) {
-      if (!buckets_.empty()) cap = bucket_bytes;
-      buckets_.emplace_back();
-      bytes = 0;
+  if (!buckets.empty()) {
+    for (const auto& given : buckets) {
+      buckets_.emplace_back().params = given;
+      for (size_t i : given) slots_[i].bucket = buckets_.size() - 1;
     }
-    buckets_.back().params.push_back(i);
-    slots_[i].bucket = buckets_.size() - 1;
-    bytes += size;
+  } else {
+    // Like DDP, the first bucket is small (1 MB) so that communication starts early in backward.
+    size_t bytes = 0, cap = std::min<size_t>(bucket_bytes, 1 << 20);
+    for (size_t i = params_.size(); i-- > 0;) {
+      const size_t size = params_[i].numel() * params_[i].element_size();
+      if (buckets_.empty() || (bytes > 0 && bytes + size > cap)) {
+        if (!buckets_.empty()) cap = bucket_bytes;
+        buckets_.emplace_back();
+        bytes = 0;
+      }
+      buckets_.back().params.push_back(i);
+      slots_[i].bucket = buckets_.size() - 1;
+      bytes += size;
+    }
   }
   for (auto& b : buckets_) {
     int64_t n = 0;
     for (size_t i : b.params) {
       slots_[i].offset = n;
+      slots_[i].numel = params_[i].numel();
       n += params_[i].numel();
     }
     b.padded = zero_stage_ > 0 ? (n + comm_.world - 1) / comm_.world * comm_.world : n;
-    if (zero_stage_ == 2) {
+    if (zero_stage_ >= 2) {
       b.owned = at::zeros({b.padded / comm_.world}, options_);
     } else {
       b.buffer = at::zeros({b.padded}, options_);
@@ -158,7 +166,7 @@ double Reducer::now() const {
 }
 
 void Reducer::prepare(bool sync) {
-  sync_ = sync || zero_stage_ == 2;
+  sync_ = sync || zero_stage_ >= 2;
   if (!sync_) return;
   next_launch_ = 0;
   std::fill(seen_.begin(), seen_.end(), 0);
@@ -177,20 +185,20 @@ void Reducer::on_grad(size_t index) {
   Bucket& b = buckets_[s.bucket];
   auto& p = params_[index];
   if (!b.buffer.defined()) b.buffer = at::zeros({b.padded}, options_);  // stage 2: freed after each backward
-  at::Tensor slot = b.buffer.narrow(0, s.offset, p.numel()).view_as(p);
+  at::Tensor slot = b.buffer.narrow(0, s.offset, s.numel).view_as(p.grad());
   if (comm_.world > 1) {
     at::div_out(slot, p.grad(), world_);  // Gloo has no AVG: divide while copying, then SUM
   } else {
     slot.copy_(p.grad());
   }
-  if (zero_stage_ == 2) p.mutable_grad().reset();  // its copy is in the bucket
+  if (zero_stage_ >= 2) p.mutable_grad().reset();  // its copy is in the bucket
   if (--b.pending > 0) return;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
 }
 
 void Reducer::launch(Bucket& b) {
   b.start = now();
-  if (zero_stage_ == 2 && !emulate_reduce_scatter_) {
+  if (zero_stage_ >= 2 && !emulate_reduce_scatter_) {
     b.scattered = at::empty({b.padded / comm_.world}, options_);
     std::vector<at::Tensor> out{b.scattered};
     std::vector<std::vector<at::Tensor>> in{b.buffer.chunk(comm_.world)};
@@ -241,7 +249,7 @@ void Reducer::wait_all(double backward_end) {
 }
 
 void Reducer::end_micro_batch() {
-  if (zero_stage_ != 2) return;
+  if (zero_stage_ < 2) return;
   wait_all(now());
   at::NoGradGuard no_grad;
   for (auto& b : buckets_) {
@@ -255,7 +263,7 @@ void Reducer::end_micro_batch() {
 
 at::Tensor Reducer::owned_grad(size_t index) const {
   const Bucket& b = buckets_[index];
-  if (zero_stage_ == 2) return b.owned;
+  if (zero_stage_ >= 2) return b.owned;
   const int64_t c = b.padded / comm_.world;
   return b.buffer.narrow(0, comm_.rank * c, c);
 }
@@ -279,7 +287,7 @@ size_t Reducer::gradient_bytes() const {
 }
 
 at::Tensor Reducer::finish(double max_norm, double loss_scale) {
-  if (zero_stage_ != 2) wait_all(now());
+  if (zero_stage_ < 2) wait_all(now());
   at::NoGradGuard no_grad;
   // In double: summed in another order (by chunks over the ranks with ZeRO), the norm, and so the
   // clipping scale, stays the same to the last bit of a float.
@@ -292,7 +300,7 @@ at::Tensor Reducer::finish(double max_norm, double loss_scale) {
   const at::Tensor norm = (total[0].sqrt() / loss_scale).reshape({}).to(options_.dtype());
   clip_scale_ = max_norm > 0 ? at::clamp_max(max_norm / (norm + 1e-6), 1.0) : at::Tensor();
   if (loss_scale != 1.0) clip_scale_ = (clip_scale_.defined() ? clip_scale_ : at::ones_like(norm)) / loss_scale;
-  if (zero_stage_ != 2) {
+  if (zero_stage_ < 2) {
     for (size_t i = 0; i < params_.size(); ++i) {
       const Slot& s = slots_[i];
       params_[i].mutable_grad() = buckets_[s.bucket].buffer.narrow(0, s.offset, params_[i].numel()).view_as(params_[i]);
@@ -303,7 +311,7 @@ at::Tensor Reducer::finish(double max_norm, double loss_scale) {
 
 void Reducer::zero_grad() {
   for (auto& p : params_) p.mutable_grad().reset();
-  if (zero_stage_ == 2) {
+  if (zero_stage_ >= 2) {
     for (auto& b : buckets_) b.owned.zero_();
   }
 }

@@ -62,28 +62,30 @@ double allreduce_mean(Comm& comm, const at::Tensor& scalar);
 /// parameter's AccumulateGrad node copies its gradient into the bucket, and a full bucket starts
 /// its allreduce, always in bucket order so every rank issues the same collectives in the same order.
 ///
-/// With ZeRO (`zero_stage` 1 or 2) each bucket is padded to a multiple of the world size and cut
+/// With ZeRO (`zero_stage` 1 to 3) each bucket is padded to a multiple of the world size and cut
 /// into as many equal chunks; rank r owns chunk r of every bucket (owned_grad()). Stage 1 keeps
-/// the whole averaged buckets. Stage 2 reduces every micro-batch, keeps only its chunks (summed
-/// over the micro-batches) and frees each bucket and each parameter's .grad once copied: the
-/// backend's reduce_scatter where it has one, else an allreduce of which only the chunk is kept.
+/// the whole averaged buckets. Stages 2 and 3 reduce every micro-batch, keep only their chunks
+/// (summed over the micro-batches) and free each bucket and each parameter's .grad once copied:
+/// the backend's reduce_scatter where it has one, else an allreduce of which only the chunk is
+/// kept. `buckets`, when given, are the buckets (indices into `params`, in the order backward
+/// completes them), instead of packing by `bucket_bytes`: stage 3's units of parameters.
 class Reducer {
  public:
   Reducer(Comm& comm, std::vector<at::Tensor> params, std::vector<std::string> names, size_t bucket_bytes,
-          bool measure_overlap, int zero_stage = 0);
+          bool measure_overlap, int zero_stage = 0, const std::vector<std::vector<size_t>>& buckets = {});
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
   /// Before each micro-batch's backward: only the last one of a step (`sync`) communicates
-  /// (every one with ZeRO stage 2).
+  /// (every one with ZeRO stages 2 and 3).
   void prepare(bool sync);
 
-  /// After each micro-batch's backward. Stage 2: waits for the buckets, adds this rank's chunk of
+  /// After each micro-batch's backward. Stages 2 and 3: waits for the buckets, adds this rank's chunk of
   /// each to its gradients and frees the buckets. Otherwise nothing.
   void end_micro_batch();
 
   /// After the last backward: waits for every bucket and leaves the averaged gradient in each
-  /// parameter's .grad (a view into its bucket; not with stage 2). Returns the global norm of the
+  /// parameter's .grad (a view into its bucket; not with stages 2 and 3). Returns the global norm of the
   /// gradients divided by `loss_scale` (what the loss was multiplied by before backward), as a
   /// 0-dim tensor (no device sync; with ZeRO the sum of every rank's chunks' squares, allreduced);
   /// it is not finite when a gradient is not. Unscaling and clipping to `max_norm` (0: none) are
@@ -102,12 +104,13 @@ class Reducer {
   /// its length with the padding.
   const std::vector<size_t>& bucket_params(size_t b) const { return buckets_[b].params; }
   int64_t offset_of(size_t param) const { return slots_[param].offset; }
+  int64_t numel_of(size_t param) const { return slots_[param].numel; }
   int64_t padded_size(size_t b) const { return buckets_[b].padded; }
   /// ZeRO: this rank's chunk of bucket `b`'s averaged gradient, after finish().
   at::Tensor owned_grad(size_t b) const;
   /// Bytes of gradient storage alive now: buckets, chunks, and any .grad of its own.
   size_t gradient_bytes() const;
-  /// Stage 2 without the backend's reduce_scatter (Gloo before torch 2.x): allreduce, keep a chunk.
+  /// Stages 2 and 3 without the backend's reduce_scatter (Gloo before torch 2.x): allreduce, keep a chunk.
   bool reduce_scatter_emulated() const { return emulate_reduce_scatter_; }
   double last_wait_s() const { return last_wait_s_; }  ///< time finish() waited for communication
   CommTiming last_timing() const { return last_timing_; }
@@ -115,9 +118,9 @@ class Reducer {
 
  private:
   struct Bucket {
-    at::Tensor buffer;  ///< stage 2: allocated for each micro-batch's backward, freed after it
-    at::Tensor scattered;  ///< stage 2 with reduce_scatter: this rank's reduced chunk
-    at::Tensor owned;  ///< stage 2: this rank's chunk, summed over a step's micro-batches
+    at::Tensor buffer;  ///< stages 2, 3: allocated for each micro-batch's backward, freed after it
+    at::Tensor scattered;  ///< stages 2, 3 with reduce_scatter: this rank's reduced chunk
+    at::Tensor owned;  ///< stages 2, 3: this rank's chunk, summed over a step's micro-batches
     int64_t padded = 0;
     std::vector<size_t> params;
     size_t pending = 0;
@@ -129,6 +132,7 @@ class Reducer {
   struct Slot {
     size_t bucket = 0;
     int64_t offset = 0;
+    int64_t numel = 0;  ///< the parameter's, as given (stage 3 empties parameters between uses)
   };
 
   void on_grad(size_t index);

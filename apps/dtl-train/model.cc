@@ -33,21 +33,31 @@ using torch::autograd::variable_list;
 /// A block run without keeping its activations: backward runs it again, with grad mode on and the
 /// first run's autocast and random state (its dropout masks), and backpropagates through that.
 /// This is torch.utils.checkpoint's reentrant form; the parameters' gradients arrive through
-/// their own accumulators, so the gradient reducer's hooks see them as without it.
+/// their own accumulators, so the gradient reducer's hooks see them as without it. With a `host`
+/// (ZeRO stage 3) the block's parameters are gathered around each of its two runs.
 class Recompute : public torch::autograd::Function<Recompute> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, BlockImpl* block, bool random) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, BlockImpl* block, bool random,
+                               BlockParameters* host, int64_t index, int64_t count) {
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);  // the module outlives its graph
+    ctx->saved_data["host"] = reinterpret_cast<int64_t>(host);
+    ctx->saved_data["index"] = index;
     const auto dtype = autocast_dtype(x.device());  // -1: off
     ctx->saved_data["autocast"] = dtype ? static_cast<int64_t>(*dtype) : int64_t{-1};
     if (random) ctx->saved_data["rng"] = at::globalContext().defaultGenerator(x.device()).get_state();
     ctx->save_for_backward({x});
-    return block->forward(x);
+    if (host) host->gather(static_cast<int>(index), index + 1 < count ? static_cast<int>(index + 1) : -1);
+    torch::Tensor y = block->forward(x);
+    if (host) host->release(static_cast<int>(index));
+    return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto* block = reinterpret_cast<BlockImpl*>(ctx->saved_data["block"].toInt());
+    auto* host = reinterpret_cast<BlockParameters*>(ctx->saved_data["host"].toInt());
+    const int index = static_cast<int>(ctx->saved_data["index"].toInt());
     const at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    if (host) host->gather(index, index - 1);
     at::Tensor y;
     {
       torch::AutoGradMode grad_mode(true);
@@ -65,7 +75,8 @@ class Recompute : public torch::autograd::Function<Recompute> {
       }
     }
     torch::autograd::backward({y}, {grads[0]});
-    return {x.grad(), torch::Tensor(), torch::Tensor()};
+    if (host) host->release(index);
+    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -145,10 +156,19 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   if (is_training() && shape_.dropout > 0) {
     x = F::dropout(x, F::DropoutFuncOptions().p(shape_.dropout).training(true));
   }
-  const bool recompute = checkpointing_ && is_training() && torch::GradMode::is_enabled();
-  for (auto& block : *blocks_) {
-    BlockImpl* b = block->as<Block>();
-    x = recompute ? Recompute::apply(x, b, shape_.dropout > 0) : b->forward(x);
+  const bool grad = is_training() && torch::GradMode::is_enabled();
+  const int64_t count = static_cast<int64_t>(blocks_->size());
+  for (int64_t i = 0; i < count; ++i) {
+    BlockImpl* b = (*blocks_)[i]->as<Block>();
+    if (grad && (checkpointing_ || host_)) {
+      x = Recompute::apply(x, b, shape_.dropout > 0, host_, i, count);
+    } else if (host_) {
+      host_->gather(static_cast<int>(i), i + 1 < count ? static_cast<int>(i + 1) : -1);
+      x = b->forward(x);
+      host_->release(static_cast<int>(i));
+    } else {
+      x = b->forward(x);
+    }
   }
   return torch::linear(ln_f_->forward(x), tok_->weight);
 }

@@ -29,6 +29,16 @@ class BlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Block);
 
+/// Where ZeRO stage 3 keeps the blocks' parameters: gathered from every rank's shard just before a
+/// block runs, released right after. `next` is the block that runs after this one (-1: none), whose
+/// gathering may start now.
+class BlockParameters {
+ public:
+  virtual ~BlockParameters() = default;
+  virtual void gather(int block, int next) = 0;
+  virtual void release(int block) = 0;
+};
+
 class GptImpl : public torch::nn::Module {
  public:
   /// Initialises with GPT-2's scheme from the current torch seed; `fused_cpu` as for BlockImpl
@@ -42,6 +52,10 @@ class GptImpl : public torch::nn::Module {
   /// Activation checkpointing: in training, each block keeps only its input, and backward runs
   /// the block again to get what its gradients need (the same gradients, less memory).
   void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  /// ZeRO stage 3: each block gathers its parameters from `host` before it runs and releases them
+  /// after, in forward and again in backward, which runs the block again (as with activation
+  /// checkpointing: no activation keeps a released parameter alive). nullptr: they stay.
+  void set_block_parameters(BlockParameters* host) { host_ = host; }
 
  private:
   ModelShape shape_;
@@ -49,6 +63,7 @@ class GptImpl : public torch::nn::Module {
   torch::nn::ModuleList blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};
   bool checkpointing_ = false;
+  BlockParameters* host_ = nullptr;
 };
 TORCH_MODULE(Gpt);
 

@@ -103,11 +103,9 @@ std::string apply_accelerate_env(TrainOptions& v, const std::set<std::string>& g
     }
   }
   // Sharding, in accelerate's terms.
-  const std::string no_stage3 = ": dtl-train shards optimizer state and gradients (ZeRO 1 and 2), not parameters";
   if (str_to_bool(read("ACCELERATE_USE_DEEPSPEED")) == 1) {
     const std::string stage = read("ACCELERATE_DEEPSPEED_ZERO_STAGE");
-    if (stage == "3") return "ACCELERATE_DEEPSPEED_ZERO_STAGE=3" + no_stage3;
-    if (!stage.empty() && stage != "0" && stage != "1" && stage != "2") {
+    if (!stage.empty() && stage != "0" && stage != "1" && stage != "2" && stage != "3") {
       return "ACCELERATE_DEEPSPEED_ZERO_STAGE=" + stage + ": expected 0, 1, 2 or 3";
     }
     if (!stage.empty() && !given.count("zero")) {
@@ -123,10 +121,12 @@ std::string apply_accelerate_env(TrainOptions& v, const std::set<std::string>& g
     // accelerate's default is FULL_SHARD; it takes the strategy's number (1-5) too.
     const std::string strategy = read("FSDP_SHARDING_STRATEGY");
     int stage = -1;
-    if (strategy == "NO_SHARD" || strategy == "3") stage = 0;
+    if (strategy.empty() || strategy == "FULL_SHARD" || strategy == "1") stage = 3;
     if (strategy == "SHARD_GRAD_OP" || strategy == "2") stage = 2;
+    if (strategy == "NO_SHARD" || strategy == "3") stage = 0;
     if (stage < 0) {
-      return "FSDP_SHARDING_STRATEGY=" + (strategy.empty() ? std::string("FULL_SHARD (unset)") : strategy) + no_stage3;
+      return "FSDP_SHARDING_STRATEGY=" + strategy +
+             ": dtl-train shards over every rank (FULL_SHARD, SHARD_GRAD_OP) or not at all (NO_SHARD), not within a node";
     }
     if (!given.count("zero")) {
       v.zero = stage;
@@ -167,9 +167,7 @@ std::string check_options(const TrainOptions& o) {
     e << "--mixed_precision must be no, bf16 or fp16 (got '" << o.mixed_precision << "')";
   else if (o.loss_scale != "auto" && o.loss_scale != "dynamic" && o.loss_scale != "none")
     e << "--loss_scale must be auto, dynamic or none (got '" << o.loss_scale << "')";
-  else if (o.zero == 3)
-    e << "--zero 3: dtl-train shards optimizer state and gradients (stages 1 and 2), not parameters";
-  else if (o.zero < 0 || o.zero > 3) e << "--zero must be 0, 1 or 2 (got " << o.zero << ")";
+  else if (o.zero < 0 || o.zero > 3) e << "--zero must be 0, 1, 2 or 3 (got " << o.zero << ")";
   else if (o.cpu_kernels != "fused" && o.cpu_kernels != "torch")
     e << "--cpu_kernels must be fused or torch (got '" << o.cpu_kernels << "')";
   else if (!(o.bucket_mb > 0)) e << "--bucket_mb must be > 0 (got " << o.bucket_mb << ")";
@@ -223,8 +221,9 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
                  "it, 2000 clean steps double it), none, or auto (default: dynamic with fp16, else none)");
   auto* zero = app.add_option("--zero", v.zero,
                               "ZeRO stage: 0 (data parallel), 1 (each rank keeps and steps its shard of the AdamW "
-                              "state), 2 (and of the gradients) (default: accelerate's DeepSpeed or FSDP "
-                              "variables, else 0)");
+                              "state), 2 (and of the gradients), 3 (and of the parameters: each block's are "
+                              "gathered just before it runs) (default: accelerate's DeepSpeed or FSDP variables, "
+                              "else 0)");
   auto* checkpointing = app.add_flag("--activation_checkpointing", v.activation_checkpointing,
                "recompute each block's activations in backward: less memory, the same gradients "
                "(default: FSDP_ACTIVATION_CHECKPOINTING in an FSDP run, else off)");

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -192,6 +193,26 @@ void warn_about_blas() {
   }
 }
 
+/// ZeRO stage 3's units of parameters: one bucket per block, the last block's first (the order
+/// backward completes them), then one of the rest (embeddings, final norm).
+struct Units {
+  std::vector<std::vector<size_t>> buckets;
+  std::vector<size_t> block_buckets;  ///< [block]: its bucket
+  size_t rest_bucket = 0;
+};
+Units stage3_units(const Parameters& params, int layers) {
+  Units u;
+  u.buckets.resize(layers + 1);
+  for (int i = 0; i < layers; ++i) u.block_buckets.push_back(layers - 1 - i);
+  u.rest_bucket = layers;
+  for (size_t k = 0; k < params.names.size(); ++k) {
+    int block = -1;
+    std::sscanf(params.names[k].c_str(), "blocks.%d.", &block);
+    u.buckets[block >= 0 && block < layers ? u.block_buckets[block] : u.rest_bucket].push_back(k);
+  }
+  return u;
+}
+
 /// The optimizer a run steps: the whole AdamW (stage 0), or this rank's shard of it (ZeRO).
 struct Optimizer {
   FusedAdamW& whole;
@@ -291,12 +312,18 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   comm = connect(env, placement.backend, device, std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000)));
   doing = "broadcasting the parameters";
   broadcast_from_rank0(*comm, params.all);
+  const Units units = o.zero == 3 ? stage3_units(params, o.model.layers) : Units{};
   Reducer reducer(*comm, params.all, params.names, static_cast<size_t>(o.bucket_mb * 1024 * 1024), !device.is_cuda(),
-                  o.zero);
+                  o.zero, units.buckets);
+  std::unique_ptr<ShardedParameters> shards;
+  if (o.zero == 3) {
+    shards = std::make_unique<ShardedParameters>(*comm, reducer, params.all, units.block_buckets, units.rest_bucket);
+    model->set_block_parameters(shards.get());
+  }
   Optimizer optimizer{whole, nullptr};
   if (o.zero > 0) {
     optimizer.sharded = std::make_unique<ShardedAdamW>(*comm, reducer, params.all, params.decay, o.weight_decay, o.lr,
-                                                       o.beta1, o.beta2);
+                                                       o.beta1, o.beta2, shards.get());
     if (resumed && resumed->whole) {  // this rank's pieces of a whole checkpoint's optimizer
       optimizer.sharded->take_whole(whole, params.decay);
       whole.clear_state();
@@ -342,6 +369,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       // To a GPU from pinned memory, asynchronously: a pageable copy would stall the CPU every micro-batch.
       at::Tensor batch = device.is_cuda() ? tokens.pin_memory().to(device, /*non_blocking=*/true) : tokens;
       reducer.prepare(micro == o.grad_accum - 1);
+      if (shards) shards->gather_rest();
       at::Tensor loss;
       {
         Autocast on(autocast, device);
@@ -352,6 +380,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       if (micro == 0 && injects(o, env, step, "nonfinite")) scaled = scaled * std::numeric_limits<double>::infinity();
       scaled.backward();
       reducer.end_micro_batch();
+      if (shards) shards->release_rest();
       loss_sum += loss.detach();
     }
     const double scale = scaler ? scaler->scale() : 1.0;
@@ -389,17 +418,20 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
     if (!checkpoint.empty() && (leader || optimizer.sharded) && (step % o.checkpoint_every == 0 || step == o.steps)) {
       doing = "saving " + checkpoint + " at step " + std::to_string(step);
       interval.exclude([&] {  // not part of the steps' time
+        if (shards) shards->gather_all();
         if (optimizer.sharded) {
           save_sharded(o.checkpoint_dir, checkpoint, model, *optimizer.sharded, progress, sharding, *comm);
         } else {
           save_checkpoint(checkpoint, model, &whole, progress, sharding);
         }
+        if (shards) shards->release_all();
       });
     }
   }
 
   if (!o.dump_params.empty()) {
     doing = "writing the parameters to " + o.dump_params;
+    if (shards) shards->gather_all();
     dump_parameters(o.dump_params, env.rank, model);
   }
   if (leader) say("dtl-train: done at step " + std::to_string(progress.step));

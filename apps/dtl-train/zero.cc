@@ -11,8 +11,94 @@ namespace dtl::train {
 
 /// The flat buffers, and this rank's pieces of each parameter with their gradients (views into
 /// the reducer's chunks) in the decayed and the undecayed group.
+ShardedParameters::ShardedParameters(Comm& comm, const Reducer& reducer, std::vector<at::Tensor> params,
+                                     std::vector<size_t> block_buckets, size_t rest_bucket)
+    : comm_(comm),
+      reducer_(reducer),
+      params_(std::move(params)),
+      units_(reducer.bucket_count()),
+      block_buckets_(std::move(block_buckets)),
+      rest_bucket_(rest_bucket) {
+  at::NoGradGuard no_grad;
+  for (const auto& p : params_) shapes_.push_back(p.sizes().vec());
+  for (size_t b = 0; b < units_.size(); ++b) {
+    const int64_t padded = reducer.padded_size(b), chunk = padded / comm.world;
+    const at::Tensor& first = params_[reducer.bucket_params(b).front()];
+    at::Tensor flat = at::zeros({padded}, first.options());
+    for (size_t i : reducer.bucket_params(b)) {
+      flat.narrow(0, reducer.offset_of(i), params_[i].numel()).copy_(params_[i].detach().reshape({-1}));
+    }
+    units_[b].chunk = flat.narrow(0, comm.rank * chunk, chunk).clone();
+    units_[b].placed = true;  // the parameters hold their own data until released below
+  }
+  release_all();
+}
+
+void ShardedParameters::start(size_t b) {
+  Unit& u = units_[b];
+  if (u.placed || u.work) return;
+  u.full = at::empty({reducer_.padded_size(b)}, u.chunk.options());
+  std::vector<std::vector<at::Tensor>> out{u.full.chunk(comm_.world)};
+  std::vector<at::Tensor> in{u.chunk};
+  u.work = comm_.pg->allgather(out, in);
+}
+
+void ShardedParameters::place(size_t b) {
+  Unit& u = units_[b];
+  if (u.placed) return;
+  start(b);
+  u.work->wait();
+  u.work.reset();
+  at::NoGradGuard no_grad;
+  for (size_t i : reducer_.bucket_params(b)) {
+    at::Tensor p = params_[i];
+    p.set_data(u.full.narrow(0, reducer_.offset_of(i), reducer_.numel_of(i)).view(shapes_[i]));
+  }
+  u.placed = true;
+}
+
+void ShardedParameters::drop(size_t b) {
+  Unit& u = units_[b];
+  if (!u.placed) return;
+  for (size_t i : reducer_.bucket_params(b)) {
+    at::Tensor p = params_[i];
+    p.set_data(at::empty({0}, u.chunk.options()));
+  }
+  u.full = at::Tensor();
+  u.placed = false;
+}
+
+void ShardedParameters::gather(int block, int next) {
+  const size_t b = block_buckets_.at(block);
+  start(b);
+  if (next >= 0) start(block_buckets_.at(next));  // while this block runs
+  place(b);
+}
+
+void ShardedParameters::release(int block) { drop(block_buckets_.at(block)); }
+
+void ShardedParameters::gather_all() {
+  for (size_t b = 0; b < units_.size(); ++b) start(b);
+  for (size_t b = 0; b < units_.size(); ++b) place(b);
+}
+
+void ShardedParameters::release_all() {
+  for (size_t b = 0; b < units_.size(); ++b) drop(b);
+}
+
+size_t ShardedParameters::bytes() const {
+  size_t bytes = 0;
+  for (const Unit& u : units_) {
+    for (const at::Tensor* t : {&u.chunk, &u.full}) {
+      if (t->defined()) bytes += t->numel() * t->element_size();
+    }
+  }
+  return bytes;
+}
+
 ShardedAdamW::Pieces ShardedAdamW::cut(const Comm& comm, const Reducer& reducer, const std::vector<at::Tensor>& params,
-                                       const std::vector<bool>& decay, double weight_decay) {
+                                       const std::vector<bool>& decay, double weight_decay,
+                                       const ShardedParameters* stage3) {
   at::NoGradGuard no_grad;
   Pieces out;
   out.groups = {{{}, weight_decay}, {{}, 0.0}};
@@ -20,20 +106,26 @@ ShardedAdamW::Pieces ShardedAdamW::cut(const Comm& comm, const Reducer& reducer,
   for (size_t b = 0; b < reducer.bucket_count(); ++b) {
     const int64_t padded = reducer.padded_size(b), chunk = padded / comm.world;
     const int64_t begin = comm.rank * chunk, end = begin + chunk;
-    at::Tensor flat = at::zeros({padded}, params[reducer.bucket_params(b).front()].options());
+    at::Tensor flat;
+    if (!stage3) {
+      flat = at::zeros({padded}, params[reducer.bucket_params(b).front()].options());
+      for (size_t i : reducer.bucket_params(b)) {
+        flat.narrow(0, reducer.offset_of(i), params[i].numel()).copy_(params[i].detach().reshape({-1}));
+      }
+    }
     const at::Tensor grad = reducer.owned_grad(b);
     for (size_t i : reducer.bucket_params(b)) {
-      const at::Tensor& p = params[i];
-      const int64_t offset = reducer.offset_of(i), n = p.numel();
-      flat.narrow(0, offset, n).copy_(p.detach().reshape({-1}));
+      const int64_t offset = reducer.offset_of(i), n = reducer.numel_of(i);
       const int64_t from = std::max(offset, begin), to = std::min(offset + n, end);
       if (from < to) {
-        at::Tensor piece = flat.narrow(0, from, to - from);
+        at::Tensor piece =
+            stage3 ? stage3->chunk(b).narrow(0, from - begin, to - from) : flat.narrow(0, from, to - from);
         piece.mutable_grad() = grad.narrow(0, from - begin, to - from);
         out.groups[decay[i] ? 0 : 1].params.push_back(piece);
         out.where[decay[i] ? 0 : 1].push_back({static_cast<int64_t>(i), from - offset, to - from});
       }
     }
+    if (stage3) continue;
     for (size_t i : reducer.bucket_params(b)) {
       // The parameter keeps its autograd identity (and the reducer's hook); its data is the buffer's.
       at::Tensor p = params[i];
@@ -45,17 +137,21 @@ ShardedAdamW::Pieces ShardedAdamW::cut(const Comm& comm, const Reducer& reducer,
 }
 
 ShardedAdamW::ShardedAdamW(Comm& comm, const Reducer& reducer, const std::vector<at::Tensor>& params,
-                           const std::vector<bool>& decay, double weight_decay, double lr, double beta1, double beta2)
-    : ShardedAdamW(comm, cut(comm, reducer, params, decay, weight_decay), lr, beta1, beta2) {}
+                           const std::vector<bool>& decay, double weight_decay, double lr, double beta1, double beta2,
+                           const ShardedParameters* stage3)
+    : ShardedAdamW(comm, cut(comm, reducer, params, decay, weight_decay, stage3), lr, beta1, beta2, stage3) {}
 
-ShardedAdamW::ShardedAdamW(Comm& comm, Pieces pieces, double lr, double beta1, double beta2)
+ShardedAdamW::ShardedAdamW(Comm& comm, Pieces pieces, double lr, double beta1, double beta2,
+                           const ShardedParameters* stage3)
     : comm_(comm),
+      stage3_(stage3),
       flat_(std::move(pieces.flat)),
       where_(std::move(pieces.where)),
       adamw_(std::move(pieces.groups), lr, beta1, beta2, 1e-8) {}
 
 void ShardedAdamW::step(const at::Tensor& grad_scale) {
   adamw_.step(grad_scale);
+  if (stage3_) return;  // each bucket is gathered when it is next used
   at::NoGradGuard no_grad;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   for (auto& flat : flat_) {
@@ -69,6 +165,7 @@ void ShardedAdamW::step(const at::Tensor& grad_scale) {
 size_t ShardedAdamW::state_bytes() const { return adamw_.state_bytes(); }
 
 size_t ShardedAdamW::parameter_bytes() const {
+  if (stage3_) return stage3_->bytes();
   size_t bytes = 0;
   for (const auto& f : flat_) bytes += f.numel() * f.element_size();
   return bytes;

@@ -47,13 +47,12 @@ class TrainFromAccelerateFiles(TrainTest):
         self.assertEqual(self.losses(checkpointed), self.losses(kept))
         self.assertEqual(self.params(checkpointed, 2), self.params(kept, 2))
 
-    def test_parameter_sharding_is_refused_in_one_line(self):
-        path = self.config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n")
+    def test_sharding_within_a_node_is_refused_in_one_line(self):
+        path = self.config("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n")
         r = self.launch("--config_file", path, "--no_python", DTL_TRAIN, *TINY, "--steps", 1)
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("dtl-train: error: ACCELERATE_DEEPSPEED_ZERO_STAGE=3: dtl-train shards optimizer state and "
-                      "gradients (ZeRO 1 and 2), not parameters", r.stdout + r.stderr)
-
+        self.assertIn("dtl-train: error: FSDP_SHARDING_STRATEGY=HYBRID_SHARD: dtl-train shards over every rank "
+                      "(FULL_SHARD, SHARD_GRAD_OP) or not at all (NO_SHARD), not within a node", r.stdout + r.stderr)
 
 if __name__ == "__main__":
     main()

@@ -29,7 +29,7 @@ class LossScale(TrainTest):
                 self.assertEqual(self.losses(scaled), self.losses(plain))
 
     def test_a_step_with_non_finite_gradients_is_skipped_everywhere_and_halves_the_scale(self):
-        for stage in (0, 1, 2):
+        for stage in (0, 1, 2, 3):
             with self.subTest(stage=stage):
                 _, two = self.train(2, *RUN, "--steps", 2, "--zero", stage, name=f"two{stage}")
                 r, three = self.train(2, *RUN, "--steps", 3, "--zero", stage, "--loss_scale", "dynamic",

@@ -107,16 +107,12 @@ TEST_CASE("dtl-train: a bad accelerate variable or a sharded run is one line nam
   CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_SHARDING_STRATEGY", "NO_SHARD"},
                    {"FSDP_ACTIVATION_CHECKPOINTING", "maybe"}})
             .output == "dtl-train: error: FSDP_ACTIVATION_CHECKPOINTING=maybe: expected true or false");
-  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "3"}}).output ==
-        "dtl-train: error: ACCELERATE_DEEPSPEED_ZERO_STAGE=3: dtl-train shards optimizer state and gradients (ZeRO 1 "
-        "and 2), not parameters");
   CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "two"}}).output ==
         "dtl-train: error: ACCELERATE_DEEPSPEED_ZERO_STAGE=two: expected 0, 1, 2 or 3");
-  CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}}).output ==
-        "dtl-train: error: FSDP_SHARDING_STRATEGY=FULL_SHARD (unset): dtl-train shards optimizer state and gradients "
-        "(ZeRO 1 and 2), not parameters");
-  CHECK(parse({"--zero", "3"}).output ==
-        "dtl-train: error: --zero 3: dtl-train shards optimizer state and gradients (stages 1 and 2), not parameters");
+  CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_SHARDING_STRATEGY", "HYBRID_SHARD"}}).output ==
+        "dtl-train: error: FSDP_SHARDING_STRATEGY=HYBRID_SHARD: dtl-train shards over every rank (FULL_SHARD, "
+        "SHARD_GRAD_OP) or not at all (NO_SHARD), not within a node");
+  CHECK(parse({"--zero", "4"}).output == "dtl-train: error: --zero must be 0, 1, 2 or 3 (got 4)");
   CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu"}})
             .exit_code == 2);
 }
@@ -129,6 +125,10 @@ TEST_CASE("dtl-train: the ZeRO stage comes from accelerate's DeepSpeed or FSDP v
   auto fsdp = parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP"}});
   CHECK(fsdp.options->zero == 2);
   CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_SHARDING_STRATEGY", "3"}}).options->zero == 0);
+  // FULL_SHARD, accelerate's default (unset, or its number 1), is stage 3; so is DeepSpeed's 3.
+  CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}}).options->zero == 3);
+  CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_SHARDING_STRATEGY", "1"}}).options->zero == 3);
+  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "3"}}).options->zero == 3);
   auto flag = parse({"--zero", "1"}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"}});
   CHECK(flag.options->zero == 1);
   CHECK(flag.options->sources.at("zero") == "--zero");
