@@ -160,12 +160,16 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   const int64_t count = static_cast<int64_t>(blocks_->size());
   for (int64_t i = 0; i < count; ++i) {
     BlockImpl* b = (*blocks_)[i]->as<Block>();
-    if (grad && (checkpointing_ || host_)) {
+    // With a host the last block's backward comes right after its forward: it keeps its
+    // parameters and activations for it (the host releases them after backward) instead of
+    // running again, unless activation checkpointing was asked for.
+    const bool last_kept = host_ && grad && !checkpointing_ && i == count - 1;
+    if (grad && (checkpointing_ || host_) && !last_kept) {
       x = Recompute::apply(x, b, shape_.dropout > 0, host_, i, count);
     } else if (host_) {
       host_->gather(static_cast<int>(i), i + 1 < count ? static_cast<int>(i + 1) : -1);
       x = b->forward(x);
-      host_->release(static_cast<int>(i));
+      if (!last_kept) host_->release(static_cast<int>(i));
     } else {
       x = b->forward(x);
     }

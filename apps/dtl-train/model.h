@@ -30,8 +30,8 @@ class BlockImpl : public torch::nn::Module {
 TORCH_MODULE(Block);
 
 /// Where ZeRO stage 3 keeps the blocks' parameters: gathered from every rank's shard just before a
-/// block runs, released right after. `next` is the block that runs after this one (-1: none), whose
-/// gathering may start now.
+/// block runs, released right after (the last block's after backward, by the host's owner).
+/// `next` is the block that runs after this one (-1: none), whose gathering may start now.
 class BlockParameters {
  public:
   virtual ~BlockParameters() = default;
@@ -54,7 +54,8 @@ class GptImpl : public torch::nn::Module {
   void set_activation_checkpointing(bool on) { checkpointing_ = on; }
   /// ZeRO stage 3: each block gathers its parameters from `host` before it runs and releases them
   /// after, in forward and again in backward, which runs the block again (as with activation
-  /// checkpointing: no activation keeps a released parameter alive). nullptr: they stay.
+  /// checkpointing: no activation keeps a released parameter alive); the last block keeps them
+  /// from its forward to its backward instead. nullptr: they stay.
   void set_block_parameters(BlockParameters* host) { host_ = host; }
 
  private:

@@ -369,7 +369,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       // To a GPU from pinned memory, asynchronously: a pageable copy would stall the CPU every micro-batch.
       at::Tensor batch = device.is_cuda() ? tokens.pin_memory().to(device, /*non_blocking=*/true) : tokens;
       reducer.prepare(micro == o.grad_accum - 1);
-      if (shards) shards->gather_rest();
+      if (shards) shards->before_forward();
       at::Tensor loss;
       {
         Autocast on(autocast, device);
@@ -380,7 +380,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       if (micro == 0 && injects(o, env, step, "nonfinite")) scaled = scaled * std::numeric_limits<double>::infinity();
       scaled.backward();
       reducer.end_micro_batch();
-      if (shards) shards->release_rest();
+      if (shards) shards->after_backward();
       loss_sum += loss.detach();
     }
     const double scale = scaler ? scaler->scale() : 1.0;

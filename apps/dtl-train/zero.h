@@ -27,9 +27,10 @@ class ShardedParameters : public BlockParameters {
 
   void gather(int block, int next) override;
   void release(int block) override;
-  /// The embeddings and the final norm, for a whole forward and backward.
-  void gather_rest() { place(rest_bucket_); }
-  void release_rest() { drop(rest_bucket_); }
+  /// Before a micro-batch's forward: the embeddings and the final norm, kept until its backward
+  /// ends. After it: releases them, and the last block, which its forward kept for backward.
+  void before_forward() { place(rest_bucket_); }
+  void after_backward() { release_all(); }
   /// Every parameter, for a checkpoint or the final dump; every rank must call them alike.
   void gather_all();
   void release_all();
