@@ -143,7 +143,7 @@ std::string consolidate(const ModelShape& shape, const std::string& dir, const s
   namespace fs = std::filesystem;
   const std::string path = dir + "/checkpoint.pt";
   if (!fs::exists(path)) throw UsageError("--consolidate: " + path + " does not exist");
-  if (fs::exists(out) && fs::equivalent(dir, out)) {
+  if (fs::weakly_canonical(dir) == fs::weakly_canonical(out)) {
     throw UsageError("--consolidate: OUT must be another directory than " + dir);
   }
   torch::serialize::InputArchive root;
