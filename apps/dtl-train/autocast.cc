@@ -55,6 +55,8 @@ std::optional<c10::ScalarType> autocast_dtype(c10::Device device) {
 #endif
 }
 
+void set_autocast_weight_cache(bool on) { at::autocast::set_autocast_cache_enabled(on); }
+
 bool autocast_supports(c10::ScalarType dtype, c10::Device device) {
   if (dtype == at::kBFloat16 || device.is_cuda()) return dtype == at::kBFloat16 || dtype == at::kHalf;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)

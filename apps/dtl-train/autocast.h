@@ -24,6 +24,10 @@ class Autocast {
 /// The dtype autocast is on with for `device`'s type in this thread; std::nullopt when it is off.
 std::optional<c10::ScalarType> autocast_dtype(c10::Device device);
 
+/// Whether autocast keeps the low-precision copy of each fp32 weight for the rest of its region
+/// (this thread). Off for ZeRO stage 3, whose blocks release their weights as they finish.
+void set_autocast_weight_cache(bool on);
+
 /// Whether this libtorch autocasts to `dtype` on `device`'s type: CUDA both bf16 and fp16, the
 /// CPU bf16, and fp16 from libtorch 2.5 on.
 bool autocast_supports(c10::ScalarType dtype, c10::Device device);

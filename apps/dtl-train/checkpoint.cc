@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include <ATen/Functions.h>
 #include <torch/serialize.h>
@@ -115,7 +116,7 @@ void save_sharded(const std::string& dir, const std::string& checkpoint, Gpt& mo
   std::ostringstream bytes;
   shard.save_to(bytes);
   write_file_atomically(shard_path(dir, p.step, comm.rank), bytes.str());
-  const at::Tensor barrier = at::zeros({});
+  const at::Tensor barrier = at::zeros({}, model->parameters().front().options());  // NCCL's on the device
   allreduce_mean(comm, barrier);
   if (comm.rank == 0) save_checkpoint(checkpoint, model, nullptr, p, sharding);
   allreduce_mean(comm, barrier);
@@ -136,7 +137,12 @@ void load_shard(const std::string& dir, long long step, int rank, ShardedAdamW& 
   }
   torch::serialize::InputArchive shard;
   shard.load_from(path);
-  opt.load(shard);
+  try {
+    opt.load(shard);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("optimizer shard " + path + " " + e.what() + ": resume with the same, or make the checkpoint " +
+                     "whole first (dtl-train --consolidate " + dir + " OUT)");
+  }
 }
 
 std::string consolidate(const ModelShape& shape, const std::string& dir, const std::string& out) {
@@ -166,11 +172,12 @@ std::string consolidate(const ModelShape& shape, const std::string& dir, const s
 
   // Every parameter's moments, joined from the ranks' pieces; each element must come exactly once.
   const size_t n = params.all.size();
-  std::vector<at::Tensor> exp_avg(n), exp_avg_sq(n);
-  std::vector<int64_t> covered(n, 0), steps(n, -1);
+  std::vector<at::Tensor> exp_avg(n), exp_avg_sq(n), covered(n);
+  std::vector<int64_t> steps(n, -1);
   for (size_t i = 0; i < n; ++i) {
     exp_avg[i] = at::zeros({params.all[i].numel()});
     exp_avg_sq[i] = at::zeros({params.all[i].numel()});
+    covered[i] = at::zeros({params.all[i].numel()}, at::kBool);
   }
   for (int rank = 0; rank < sharding->world; ++rank) {
     const std::string file = shard_path(dir, step, rank);
@@ -180,7 +187,12 @@ std::string consolidate(const ModelShape& shape, const std::string& dir, const s
     }
     torch::serialize::InputArchive archive;
     archive.load_from(file, c10::kCPU);
-    const ShardedAdamW::Shard shard = ShardedAdamW::read(archive);
+    ShardedAdamW::Shard shard;
+    try {
+      shard = ShardedAdamW::read(archive);
+    } catch (const std::exception& e) {
+      throw UsageError("--consolidate: " + file + ": " + e.what());
+    }
     if (shard.world != sharding->world || shard.rank != rank) {
       throw UsageError("--consolidate: " + file + " is rank " + std::to_string(shard.rank) + "'s of " +
                        std::to_string(shard.world) + ", not rank " + std::to_string(rank) + "'s of " +
@@ -199,17 +211,21 @@ std::string consolidate(const ModelShape& shape, const std::string& dir, const s
           exp_avg[w.param].narrow(0, w.offset, w.length).copy_(st.exp_avg.reshape({-1}));
           exp_avg_sq[w.param].narrow(0, w.offset, w.length).copy_(st.exp_avg_sq.reshape({-1}));
         }
-        covered[w.param] += w.length;
+        at::Tensor seen = covered[w.param].narrow(0, w.offset, w.length);
+        if (seen.any().item<bool>()) {
+          throw UsageError("--consolidate: " + file + " holds elements of " + params.names[w.param] +
+                           " that another piece holds too");
+        }
+        seen.fill_(true);
         steps[w.param] = std::max(steps[w.param], st.step);
       }
     }
   }
   size_t index_in_group[2] = {0, 0};
   for (size_t i = 0; i < n; ++i) {
-    if (covered[i] != params.all[i].numel()) {
-      throw UsageError("--consolidate: the shards of step " + std::to_string(step) + " hold " +
-                       std::to_string(covered[i]) + " of the " + std::to_string(params.all[i].numel()) +
-                       " elements of " + params.names[i]);
+    if (const int64_t held = covered[i].sum().item<int64_t>(); held != params.all[i].numel()) {
+      throw UsageError("--consolidate: the shards of step " + std::to_string(step) + " hold " + std::to_string(held) +
+                       " of the " + std::to_string(params.all[i].numel()) + " elements of " + params.names[i]);
     }
     const size_t g = params.decay[i] ? 0 : 1;
     whole.set_state(g, index_in_group[g]++, std::max<int64_t>(steps[i], 0), exp_avg[i], exp_avg_sq[i]);

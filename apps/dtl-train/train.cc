@@ -319,6 +319,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   if (o.zero == 3) {
     shards = std::make_unique<ShardedParameters>(*comm, reducer, params.all, units.block_buckets, units.rest_bucket);
     model->set_block_parameters(shards.get());
+    set_autocast_weight_cache(false);  // a cached bf16 copy would keep every released block's weights
   }
   Optimizer optimizer{whole, nullptr};
   if (o.zero > 0) {

@@ -193,9 +193,19 @@ void ShardedAdamW::load(torch::serialize::InputArchive& archive) {
   archive.read("world", world);
   archive.read("rank", rank);
   if (world.toInt() != comm_.world || rank.toInt() != comm_.rank) {
-    throw std::runtime_error("this optimizer shard is rank " + std::to_string(rank.toInt()) + "'s of " +
-                             std::to_string(world.toInt()) + ", not rank " + std::to_string(comm_.rank) + "'s of " +
-                             std::to_string(comm_.world));
+    throw std::invalid_argument("is rank " + std::to_string(rank.toInt()) + "'s of " + std::to_string(world.toInt()) +
+                                ", not rank " + std::to_string(comm_.rank) + "'s of " + std::to_string(comm_.world));
+  }
+  for (size_t g = 0; g < where_.size(); ++g) {  // the same pieces: the same buckets (--bucket_mb) and stage
+    at::Tensor table;
+    bool same = archive.try_read("pieces." + std::to_string(g), table, /*is_buffer=*/true) &&
+                table.size(0) == static_cast<int64_t>(where_[g].size());
+    for (int64_t k = 0; same && k < table.size(0); ++k) {
+      const Piece& w = where_[g][k];
+      const auto row = table.accessor<int64_t, 2>()[k];
+      same = row[0] == w.param && row[1] == w.offset && row[2] == w.length;
+    }
+    if (!same) throw std::invalid_argument("was cut into other pieces (another --bucket_mb, or another stage)");
   }
   adamw_.load(archive);
 }

@@ -87,6 +87,12 @@ class Zero(TrainTest):
         r, _ = self.train(2, *RUN, "--steps", 8, "--zero", 0, "--checkpoint_dir", ck, expect=2, name="stage0")
         self.assertIn("was written with --zero 2 on 2 ranks; this run has --zero 0: resume with the same, or make "
                       f"it whole first (dtl-train --consolidate {ck} OUT)", r.stdout + r.stderr)
+        # Other buckets cut other pieces: the shards would not fit.
+        r, _ = self.train(2, *RUN, "--steps", 8, "--zero", 2, "--bucket_mb", 0.01, "--checkpoint_dir", ck, expect=2,
+                          name="buckets")
+        self.assertIn(f"dtl-train: error: optimizer shard {ck}/zero-step4-rank0.pt was cut into other pieces "
+                      "(another --bucket_mb, or another stage): resume with the same, or make the checkpoint whole "
+                      f"first (dtl-train --consolidate {ck} OUT)", r.stdout + r.stderr)
 
     def consolidate(self, *args, expect=0):
         r = subprocess.run([DTL_TRAIN, "--consolidate", *map(str, args), *TINY], capture_output=True, text=True,
@@ -101,6 +107,7 @@ class Zero(TrainTest):
             return self.train(nproc, *TINY, "--batch_size", batch, "--grad_accum", 2, "--grad_clip", 0.5,
                               "--steps", 20, "--log_every", 1, *args, **kwargs)
         _, reference = run(2, "--zero", 0, name="reference")
+        _, reference2 = run(2, "--zero", 2, name="reference2")
         ck = os.path.join(self.tmp, "ck")
         r, _ = run(2, "--zero", 2, "--checkpoint_dir", ck, "--checkpoint_every", 10, "--fail_at_step", 11,
                    expect=1, name="sharded")
@@ -116,6 +123,9 @@ class Zero(TrainTest):
                 self.assertIn("at step 10", r.stdout)
                 self.assertClose(self.losses(out), self.losses(reference)[10:], rel=1e-4, what="losses")
                 self.assertClose(self.params(out, nproc), self.params(reference, 2), rel=1e-4, what="final parameters")
+                if (nproc, stage) == (2, 2):  # the same run as before the whole checkpoint: every bit
+                    self.assertEqual(self.params(out, 2), self.params(reference2, 2))
+                    self.assertEqual(self.losses(out), self.losses(reference2)[10:])
 
         # What cannot be made whole is refused in one line.
         r = self.consolidate(whole, os.path.join(self.tmp, "again"), expect=2)
