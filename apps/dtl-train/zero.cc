@@ -1,6 +1,7 @@
 #include "zero.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -9,8 +10,31 @@
 
 namespace dtl::train {
 
-/// The flat buffers, and this rank's pieces of each parameter with their gradients (views into
-/// the reducer's chunks) in the decayed and the undecayed group.
+namespace {
+
+/// Bucket `b`'s parameters laid out as the reducer lays out their gradients, padding zeroed.
+at::Tensor bucket_flat(const Reducer& reducer, size_t b, const std::vector<at::Tensor>& params) {
+  at::Tensor flat = at::zeros({reducer.padded_size(b)}, params[reducer.bucket_params(b).front()].options());
+  for (size_t i : reducer.bucket_params(b)) {
+    flat.narrow(0, reducer.offset_of(i), reducer.numel_of(i)).copy_(params[i].detach().reshape({-1}));
+  }
+  return flat;
+}
+
+/// The shard's table of where each piece lies, per group; std::nullopt when it has none.
+std::optional<std::vector<std::vector<ShardedAdamW::Piece>>> read_pieces(torch::serialize::InputArchive& archive) {
+  std::vector<std::vector<ShardedAdamW::Piece>> out(2);
+  for (size_t g = 0; g < out.size(); ++g) {
+    at::Tensor table;
+    if (!archive.try_read("pieces." + std::to_string(g), table, /*is_buffer=*/true)) return std::nullopt;
+    const auto rows = table.accessor<int64_t, 2>();
+    for (int64_t k = 0; k < table.size(0); ++k) out[g].push_back({rows[k][0], rows[k][1], rows[k][2]});
+  }
+  return out;
+}
+
+}  // namespace
+
 ShardedParameters::ShardedParameters(Comm& comm, const Reducer& reducer, std::vector<at::Tensor> params,
                                      std::vector<size_t> block_buckets, size_t rest_bucket)
     : comm_(comm),
@@ -22,13 +46,8 @@ ShardedParameters::ShardedParameters(Comm& comm, const Reducer& reducer, std::ve
   at::NoGradGuard no_grad;
   for (const auto& p : params_) shapes_.push_back(p.sizes().vec());
   for (size_t b = 0; b < units_.size(); ++b) {
-    const int64_t padded = reducer.padded_size(b), chunk = padded / comm.world;
-    const at::Tensor& first = params_[reducer.bucket_params(b).front()];
-    at::Tensor flat = at::zeros({padded}, first.options());
-    for (size_t i : reducer.bucket_params(b)) {
-      flat.narrow(0, reducer.offset_of(i), params_[i].numel()).copy_(params_[i].detach().reshape({-1}));
-    }
-    units_[b].chunk = flat.narrow(0, comm.rank * chunk, chunk).clone();
+    const int64_t chunk = reducer.padded_size(b) / comm.world;
+    units_[b].chunk = bucket_flat(reducer, b, params_).narrow(0, comm.rank * chunk, chunk).clone();
     units_[b].placed = true;  // the parameters hold their own data until released below
   }
   release_all();
@@ -96,6 +115,8 @@ size_t ShardedParameters::bytes() const {
   return bytes;
 }
 
+/// The flat buffers, and this rank's pieces of each parameter with their gradients (views into
+/// the reducer's chunks) in the decayed and the undecayed group.
 ShardedAdamW::Pieces ShardedAdamW::cut(const Comm& comm, const Reducer& reducer, const std::vector<at::Tensor>& params,
                                        const std::vector<bool>& decay, double weight_decay,
                                        const ShardedParameters* stage3) {
@@ -106,13 +127,7 @@ ShardedAdamW::Pieces ShardedAdamW::cut(const Comm& comm, const Reducer& reducer,
   for (size_t b = 0; b < reducer.bucket_count(); ++b) {
     const int64_t padded = reducer.padded_size(b), chunk = padded / comm.world;
     const int64_t begin = comm.rank * chunk, end = begin + chunk;
-    at::Tensor flat;
-    if (!stage3) {
-      flat = at::zeros({padded}, params[reducer.bucket_params(b).front()].options());
-      for (size_t i : reducer.bucket_params(b)) {
-        flat.narrow(0, reducer.offset_of(i), params[i].numel()).copy_(params[i].detach().reshape({-1}));
-      }
-    }
+    const at::Tensor flat = stage3 ? at::Tensor() : bucket_flat(reducer, b, params);
     const at::Tensor grad = reducer.owned_grad(b);
     for (size_t i : reducer.bucket_params(b)) {
       const int64_t offset = reducer.offset_of(i), n = reducer.numel_of(i);
@@ -196,16 +211,8 @@ void ShardedAdamW::load(torch::serialize::InputArchive& archive) {
     throw std::invalid_argument("is rank " + std::to_string(rank.toInt()) + "'s of " + std::to_string(world.toInt()) +
                                 ", not rank " + std::to_string(comm_.rank) + "'s of " + std::to_string(comm_.world));
   }
-  for (size_t g = 0; g < where_.size(); ++g) {  // the same pieces: the same buckets (--bucket_mb) and stage
-    at::Tensor table;
-    bool same = archive.try_read("pieces." + std::to_string(g), table, /*is_buffer=*/true) &&
-                table.size(0) == static_cast<int64_t>(where_[g].size());
-    for (int64_t k = 0; same && k < table.size(0); ++k) {
-      const Piece& w = where_[g][k];
-      const auto row = table.accessor<int64_t, 2>()[k];
-      same = row[0] == w.param && row[1] == w.offset && row[2] == w.length;
-    }
-    if (!same) throw std::invalid_argument("was cut into other pieces (another --bucket_mb, or another stage)");
+  if (read_pieces(archive) != where_) {  // the same pieces: the same buckets (--bucket_mb) and stage
+    throw std::invalid_argument("was cut into other pieces (another --bucket_mb, or another stage)");
   }
   adamw_.load(archive);
 }
@@ -217,19 +224,14 @@ ShardedAdamW::Shard ShardedAdamW::read(torch::serialize::InputArchive& archive) 
   archive.read("rank", rank);
   out.world = static_cast<int>(world.toInt());
   out.rank = static_cast<int>(rank.toInt());
+  auto pieces = read_pieces(archive);
+  if (!pieces)
+    throw std::runtime_error("the shard does not say where its pieces lie: it was written by an older dtl-train");
+  out.pieces = std::move(*pieces);
   // An optimizer over stand-ins of the pieces' sizes reads their state as load does.
-  std::vector<FusedAdamW::Group> groups(2);
+  std::vector<FusedAdamW::Group> groups(out.pieces.size());
   for (size_t g = 0; g < groups.size(); ++g) {
-    at::Tensor table;
-    if (!archive.try_read("pieces." + std::to_string(g), table, /*is_buffer=*/true)) {
-      throw std::runtime_error("the shard does not say where its pieces lie: it was written by an older dtl-train");
-    }
-    auto& pieces = out.pieces.emplace_back();
-    const auto rows = table.accessor<int64_t, 2>();
-    for (int64_t k = 0; k < table.size(0); ++k) {
-      pieces.push_back({rows[k][0], rows[k][1], rows[k][2]});
-      groups[g].params.push_back(at::empty({pieces.back().length}));
-    }
+    for (const Piece& w : out.pieces[g]) groups[g].params.push_back(at::empty({w.length}));
   }
   FusedAdamW stand_in(groups, 0, 0, 0);
   stand_in.load(archive);

@@ -66,6 +66,7 @@ class ShardedAdamW {
   /// constructor's `params`) from its element `offset` on.
   struct Piece {
     int64_t param = 0, offset = 0, length = 0;
+    bool operator==(const Piece&) const = default;
   };
   /// What a shard file holds, read without a process group (dtl-train --consolidate).
   struct Shard {
