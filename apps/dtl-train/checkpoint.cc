@@ -71,7 +71,7 @@ void save_checkpoint(const std::string& path, Gpt& model, const FusedAdamW* opt,
 }
 
 Loaded load_checkpoint(const std::string& path, Gpt& model, FusedAdamW& whole, c10::Device device,
-                       const Sharding& sharding) {
+                       const Sharding* expected) {
   torch::serialize::InputArchive root, m, o;
   root.load_from(path, device);
   c10::IValue shape, step, position, written;
@@ -81,15 +81,16 @@ Loaded load_checkpoint(const std::string& path, Gpt& model, FusedAdamW& whole, c
                      "; this run: " + shape_text(model->shape()) + ")");
   }
   const std::string was = root.try_read("sharding", written) ? written.toStringRef() : Sharding{}.text();
-  const bool is_whole = was == Sharding{}.text();
-  if (!is_whole && was != sharding.text()) {
+  const auto sharding = parse_sharding(was);
+  if (!sharding) throw UsageError("checkpoint " + path + " names an unknown sharding '" + was + "'");
+  if (!sharding->whole() && expected && was != expected->text()) {
     const std::string dir = std::filesystem::path(path).parent_path().string();
-    throw UsageError("checkpoint " + path + " was written with " + was + "; this run has " + sharding.text() +
+    throw UsageError("checkpoint " + path + " was written with " + was + "; this run has " + expected->text() +
                      ": resume with the same, or make it whole first (dtl-train --consolidate " + dir + " OUT)");
   }
   root.read("model", m);
   model->load(m);
-  if (is_whole) {
+  if (sharding->whole()) {
     root.read("optimizer", o);
     whole.load(o);
   }
@@ -106,7 +107,7 @@ Loaded load_checkpoint(const std::string& path, Gpt& model, FusedAdamW& whole, c
   root.read("rng", rng);
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle on the shared state
   generator.set_state(rng.cpu());
-  return {progress, is_whole};
+  return {progress, *sharding};
 }
 
 void save_sharded(const std::string& dir, const std::string& checkpoint, Gpt& model, const ShardedAdamW& opt,
@@ -152,22 +153,16 @@ std::string consolidate(const ModelShape& shape, const std::string& dir, const s
   if (fs::weakly_canonical(dir) == fs::weakly_canonical(out)) {
     throw UsageError("--consolidate: OUT must be another directory than " + dir);
   }
-  torch::serialize::InputArchive root;
-  root.load_from(path, c10::kCPU);
-  c10::IValue written;
-  const std::string text = root.try_read("sharding", written) ? written.toStringRef() : Sharding{}.text();
-  const auto sharding = parse_sharding(text);
-  if (!sharding) throw UsageError("--consolidate: " + path + " names an unknown sharding '" + text + "'");
-  if (sharding->whole()) {
-    throw UsageError("--consolidate: " + path + " is whole already (" + text +
-                     "): a run of any stage and world "
-                     "size can start from it");
-  }
-
   Gpt model(shape);
   const Parameters params = parameters_of(model);
   FusedAdamW whole({{params.with_decay(true)}, {params.with_decay(false)}}, 0, 0, 0);
-  const Loaded loaded = load_checkpoint(path, model, whole, c10::kCPU, *sharding);  // the model, the step, RNG
+  const Loaded loaded = load_checkpoint(path, model, whole, c10::kCPU, nullptr);  // the model, the step, RNG
+  const Sharding& sharding = loaded.sharding;
+  const std::string text = sharding.text();
+  if (sharding.whole()) {
+    throw UsageError("--consolidate: " + path + " is whole already (" + text +
+                     "): a run of any stage and world size can start from it");
+  }
   const long long step = loaded.progress.step;
 
   // Every parameter's moments, joined from the ranks' pieces; each element must come exactly once.
@@ -179,7 +174,7 @@ std::string consolidate(const ModelShape& shape, const std::string& dir, const s
     exp_avg_sq[i] = at::zeros({params.all[i].numel()});
     covered[i] = at::zeros({params.all[i].numel()}, at::kBool);
   }
-  for (int rank = 0; rank < sharding->world; ++rank) {
+  for (int rank = 0; rank < sharding.world; ++rank) {
     const std::string file = shard_path(dir, step, rank);
     if (!fs::exists(file)) {
       throw UsageError("--consolidate: " + path + " is step " + std::to_string(step) + " of " + text + ", but rank " +
@@ -193,10 +188,10 @@ std::string consolidate(const ModelShape& shape, const std::string& dir, const s
     } catch (const std::exception& e) {
       throw UsageError("--consolidate: " + file + ": " + e.what());
     }
-    if (shard.world != sharding->world || shard.rank != rank) {
+    if (shard.world != sharding.world || shard.rank != rank) {
       throw UsageError("--consolidate: " + file + " is rank " + std::to_string(shard.rank) + "'s of " +
                        std::to_string(shard.world) + ", not rank " + std::to_string(rank) + "'s of " +
-                       std::to_string(sharding->world));
+                       std::to_string(sharding.world));
     }
     for (size_t g = 0; g < shard.pieces.size(); ++g) {
       for (size_t k = 0; k < shard.pieces[g].size(); ++k) {

@@ -42,13 +42,14 @@ void save_checkpoint(const std::string& path, Gpt& model, const FusedAdamW* opt,
 
 struct Loaded {
   Progress progress;
-  bool whole = false;  ///< the checkpoint held the optimizer, now in `whole`
+  Sharding sharding;  ///< the checkpoint's; whole: it held the optimizer, now in `whole`
 };
 /// Loads the model, where the run stands, the CPU random state and, from a whole checkpoint, the
 /// optimizer into `whole`. Throws UsageError for another model shape, and for a sharded checkpoint
-/// of another sharding than `sharding` (a whole one starts a run of any stage and world size).
+/// of another sharding than `expected` (a whole one starts a run of any stage and world size;
+/// nullptr: any sharding, for consolidation).
 Loaded load_checkpoint(const std::string& path, Gpt& model, FusedAdamW& whole, c10::Device device,
-                       const Sharding& sharding);
+                       const Sharding* expected);
 
 /// Every rank writes its optimizer shard for the step, then (all written) rank 0 the checkpoint
 /// that names the step, then each rank removes its shards of other steps. A run killed at any

@@ -302,7 +302,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
     if (leader) remove_stale_temps(checkpoint);
     if (std::filesystem::exists(checkpoint)) {
       doing = "loading " + checkpoint;
-      resumed = load_checkpoint(checkpoint, model, whole, device, sharding);
+      resumed = load_checkpoint(checkpoint, model, whole, device, &sharding);
       progress = resumed->progress;
       if (leader) say("resumed from " + checkpoint + " at step " + std::to_string(progress.step));
     }
@@ -325,7 +325,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   if (o.zero > 0) {
     optimizer.sharded = std::make_unique<ShardedAdamW>(*comm, reducer, params.all, params.decay, o.weight_decay, o.lr,
                                                        o.beta1, o.beta2, shards.get());
-    if (resumed && resumed->whole) {  // this rank's pieces of a whole checkpoint's optimizer
+    if (resumed && resumed->sharding.whole()) {  // this rank's pieces of a whole checkpoint's optimizer
       optimizer.sharded->take_whole(whole, params.decay);
       whole.clear_state();
     } else if (resumed) {
