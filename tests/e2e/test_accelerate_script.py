@@ -15,6 +15,8 @@ PYTHON = os.path.join(VENV, "bin", "python")
 
 TRAIN = """
 import json
+import os
+import sys
 import torch
 from accelerate import Accelerator
 
@@ -34,11 +36,15 @@ gathered = acc.gather(torch.tensor([acc.process_index], device=acc.device))
 print("REPORT " + json.dumps({"num_processes": acc.num_processes, "process_index": acc.process_index,
                               "mixed_precision": acc.mixed_precision, "distributed_type": str(acc.distributed_type),
                               "gathered": gathered.tolist()}), flush=True)
-# Without this a Gloo process may abort at interpreter exit ("terminate called without an active
-# exception", SIGABRT): its worker threads outlive the interpreter. torch asks scripts to do this.
+# A Gloo process may abort at interpreter exit ("terminate called without an active exception",
+# SIGABRT): the DDP wrapper still holds the process group, whose worker threads are torn down
+# during finalization (pytorch/pytorch#190489). Destroying the group is what torch asks of a
+# script; leaving without finalization is what keeps the abort away on a loaded machine.
 acc.end_training()
 if torch.distributed.is_initialized():
     torch.distributed.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)
 """
 
 
