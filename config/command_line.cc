@@ -463,10 +463,10 @@ std::vector<EffectiveSetting> add_file_env(const ConfigFile& file, const EnvLook
   std::vector<EffectiveSetting> shown;
   for (const auto& [name, v] : file.env) {
     if (auto inherited = env(name)) {
-      shown.push_back({name, *inherited, "environment (the file says " + yaml_scalar(v.value) + ")"});
+      shown.push_back({name, *inherited, "environment (the file says " + yaml_scalar(v.value) + ")", false, ""});
     } else {
       o.extra_env.emplace_back(name, v.value);
-      shown.push_back({name, v.value, v.where});
+      shown.push_back({name, v.value, v.where, false, ""});
     }
   }
   return shown;

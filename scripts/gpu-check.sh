@@ -2,7 +2,8 @@
 # On a machine with an NVIDIA GPU, in about six minutes: builds dtl-train against this machine's
 # torch (scripts/build-cuda.sh, NCCL) and, meanwhile, hangs an NCCL job on purpose; then measures
 # NCCL's all_reduce, trains dtl-train under dtlaunch with NCCL, and measures bf16 tokens/s and model
-# FLOPs utilisation of the GPT-2-small preset. Prints the figures for BENCHMARKS.md.
+# FLOPs utilisation of the GPT-2-small preset, then each ZeRO stage and the optimizer's offload to
+# host memory with their peak device memory. Prints the figures for BENCHMARKS.md.
 #
 #   scripts/gpu-check.sh
 #
@@ -16,6 +17,7 @@
 # PEAK_TFLOPS  the GPU's dense bf16 peak (default: 989 for H100/H200, 312 for A100, else required)
 # GPU_CHECK_OUT  folder for summary.txt and logs.tar.gz (default: a new folder under /tmp)
 # NCCL_BANDWIDTH 0: skip the all_reduce bandwidth
+# ZERO_STEPS   steps of each ZeRO run (default 30; 0 skips them)
 #
 # On a machine without dtlaunch's libraries (a GPU machine with torch, CUDA, CMake and a compiler,
 # nothing to install from), first run scripts/gpu-prepare.sh where they are, and carry gpu-kit/:
@@ -189,4 +191,41 @@ PY
 else
   tail -20 "$logs/gpt2.log" >>"$out/summary.txt"
   fail "gpt2: the GPT-2 run failed (tail above)"
+fi
+
+# 6. GPT-2 small in bf16 at each ZeRO stage, and stage 2 with AdamW's state and step in host memory:
+# tokens/s, MFU and peak device memory (torch.cuda.max_memory_allocated). One rank: every stage's
+# code runs on the GPU, and the offload moves the 8 bytes per parameter of AdamW's moments off it.
+zero_steps=${ZERO_STEPS:-30}
+if [ "$zero_steps" -gt 10 ]; then
+  for run in "0" "1" "2" "3" "2 cpu"; do
+    set -- $run
+    name=zero$1${2:+-offload}
+    if ! timeout 300 "$dtlaunch" --standalone --nproc_per_node=1 --no_python "$trainer" --preset gpt2-small \
+      --backend nccl --mixed_precision bf16 --batch_size "$batch" --steps "$zero_steps" --log_every 10 \
+      --peak_tflops "$peak" --zero "$1" --offload_optimizer "${2:-none}" --metrics "$logs/$name.jsonl" \
+      >"$logs/$name.log" 2>&1; then
+      tail -5 "$logs/$name.log" >>"$out/summary.txt"
+      fail "$name: dtl-train --zero $1 --offload_optimizer ${2:-none} failed (tail above)"
+      continue
+    fi
+    "$python" - "$logs/$name.jsonl" "$logs/$name.log" "$name" <<'PY' | while read -r l; do say "$l"; done
+import json, re, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][1:]  # the first 10 steps warm up
+log = open(sys.argv[2]).read()
+time = sum(r["step_time_s"] for r in rows)
+tokens_per_s = sum(r["tokens_per_s"] * r["step_time_s"] for r in rows) / time
+mfu = sum(r["mfu"] * r["step_time_s"] for r in rows) / time
+peak = re.search(r"peak device memory: (\d+) bytes", log)
+held = re.search(r"optimizer state (\d+) bytes( in host memory)?", log)
+print(f"GPT-2 small, bf16, {sys.argv[3]}: {tokens_per_s:,.0f} tokens/s, MFU {mfu * 100:.1f}%, "
+      f"peak device memory {int(peak.group(1)) / 2**30:.2f} GiB, AdamW state {int(held.group(1)) / 2**30:.2f} GiB"
+      f"{' in host memory' if held.group(2) else ' on the GPU'}, final loss {rows[-1]['loss']:.3f}")
+PY
+  done
+  # Offload needs a sharded optimizer: at stage 0 it is refused in one line.
+  if "$trainer" --preset tiny --steps 1 --offload_optimizer cpu >"$logs/offload0.log" 2>&1 ||
+    ! grep -q "it needs --zero 1, 2 or 3" "$logs/offload0.log"; then
+    fail "offload at stage 0: not refused as expected (offload0.log)"
+  fi
 fi

@@ -66,7 +66,8 @@ std::string apply_accelerate_env(TrainOptions& v, const std::set<std::string>& g
     auto value = env(var);
     return value ? *value : std::string();
   };
-  for (const char* name : {"mixed_precision", "grad_accum", "grad_clip", "activation_checkpointing", "zero"}) {
+  for (const char* name :
+       {"mixed_precision", "grad_accum", "grad_clip", "activation_checkpointing", "zero", "offload_optimizer"}) {
     v.sources[name] = given.count(name) ? std::string("--") + name : "default";
   }
   if (const std::string mp = read("ACCELERATE_MIXED_PRECISION"); !mp.empty() && !given.count("mixed_precision")) {
@@ -113,9 +114,26 @@ std::string apply_accelerate_env(TrainOptions& v, const std::set<std::string>& g
       v.sources["zero"] = "ACCELERATE_DEEPSPEED_ZERO_STAGE";
     }
     const std::string offload = read("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE");
-    if (!offload.empty() && offload != "none") {
-      return "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=" + offload + ": dtl-train keeps the optimizer state on its device";
+    if (offload == "nvme") {
+      return "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=nvme: dtl-train offloads the optimizer to host memory "
+             "(cpu), not to NVMe";
     }
+    if (!offload.empty() && offload != "none" && offload != "cpu") {
+      return "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=" + offload + ": expected none, cpu or nvme";
+    }
+    if (!offload.empty() && !given.count("offload_optimizer")) {
+      v.offload_optimizer = offload;
+      v.sources["offload_optimizer"] = "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE";
+    }
+    if (const std::string params = read("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE"); !params.empty() && params != "none") {
+      return "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE=" + params +
+             ": dtl-train keeps the parameters on its device (it offloads only the optimizer: offload_optimizer_device)";
+    }
+  }
+  if (fsdp && str_to_bool(read("FSDP_OFFLOAD_PARAMS")) == 1) {
+    return "FSDP_OFFLOAD_PARAMS=" + read("FSDP_OFFLOAD_PARAMS") +
+           ": dtl-train keeps the parameters on its device (it offloads only the optimizer, in a DeepSpeed run or "
+           "with --offload_optimizer cpu)";
   }
   if (fsdp) {
     // accelerate's default is FULL_SHARD; it takes the strategy's number (1-5) too.
@@ -168,6 +186,8 @@ std::string check_options(const TrainOptions& o) {
   else if (o.loss_scale != "auto" && o.loss_scale != "dynamic" && o.loss_scale != "none")
     e << "--loss_scale must be auto, dynamic or none (got '" << o.loss_scale << "')";
   else if (o.zero < 0 || o.zero > 3) e << "--zero must be 0, 1, 2 or 3 (got " << o.zero << ")";
+  else if (o.offload_optimizer != "none" && o.offload_optimizer != "cpu")
+    e << "--offload_optimizer must be none or cpu (got '" << o.offload_optimizer << "')";
   else if (o.cpu_kernels != "fused" && o.cpu_kernels != "torch")
     e << "--cpu_kernels must be fused or torch (got '" << o.cpu_kernels << "')";
   else if (!(o.bucket_mb > 0)) e << "--bucket_mb must be > 0 (got " << o.bucket_mb << ")";
@@ -224,6 +244,10 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
                               "state), 2 (and of the gradients), 3 (and of the parameters: each block's are "
                               "gathered just before it runs) (default: accelerate's DeepSpeed or FSDP variables, "
                               "else 0)");
+  auto* offload = app.add_option("--offload_optimizer", v.offload_optimizer,
+                                  "none or cpu: with --zero 1-3 on a GPU, each rank's shard of the AdamW state and "
+                                  "its step stay in host memory, as DeepSpeed's ZeRO-Offload (on a CPU run they are "
+                                  "there already) (default: ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE, else none)");
   auto* checkpointing = app.add_flag("--activation_checkpointing", v.activation_checkpointing,
                "recompute each block's activations in backward: less memory, the same gradients "
                "(default: FSDP_ACTIVATION_CHECKPOINTING in an FSDP run, else off)");
@@ -263,7 +287,8 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
   }
   std::set<std::string> given;
   for (const auto& [name, option] : {std::pair{"mixed_precision", mp}, {"grad_accum", accum}, {"grad_clip", clip},
-                                     {"activation_checkpointing", checkpointing}, {"zero", zero}}) {
+                                     {"activation_checkpointing", checkpointing}, {"zero", zero},
+                                     {"offload_optimizer", offload}}) {
     if (option->count()) given.insert(name);
   }
   if (std::string problem = apply_accelerate_env(v, given, env); !problem.empty()) {

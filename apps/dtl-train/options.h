@@ -43,6 +43,9 @@ struct TrainOptions {
   std::string loss_scale = "auto";  ///< dynamic, none, or auto: dynamic with fp16, else none
   bool activation_checkpointing = false;  ///< recompute each block's activations in backward
   int zero = 0;  ///< ZeRO stage: 0 (DDP), 1 (optimizer state sharded), 2 (and gradients), 3 (and parameters)
+  /// none, or cpu: each rank's shard of AdamW state and its step in host memory (a CUDA run with
+  /// ZeRO 1-3); on a CPU run the state is there already, and it changes nothing
+  std::string offload_optimizer = "none";
   std::string cpu_kernels = "fused";  ///< fused (fused_ops.h where they apply) or torch (torch's ops only)
   double bucket_mb = 25;
   double timeout_s = 300;  ///< collectives and the store give up after this long
@@ -93,8 +96,9 @@ struct ParseResult {
 /// `env` for each setting whose flag is not given: ACCELERATE_MIXED_PRECISION,
 /// ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_GRADIENT_CLIPPING and, in an FSDP run,
 /// FSDP_ACTIVATION_CHECKPOINTING, and the ZeRO stage from ACCELERATE_DEEPSPEED_ZERO_STAGE or
-/// FSDP_SHARDING_STRATEGY (FULL_SHARD is stage 3, SHARD_GRAD_OP 2, NO_SHARD 0). What dtl-train
-/// cannot do is refused in one line: sharding within a node (HYBRID_*) and optimizer offload.
+/// FSDP_SHARDING_STRATEGY (FULL_SHARD is stage 3, SHARD_GRAD_OP 2, NO_SHARD 0), and the optimizer's
+/// offload from ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE. What dtl-train cannot do is refused
+/// in one line: sharding within a node (HYBRID_*), offload to NVMe, and the parameters' offload.
 ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLookup& env);
 
 /// The launcher's variables; throws std::invalid_argument naming the variable and its value.

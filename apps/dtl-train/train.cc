@@ -17,6 +17,9 @@
 #include <torch/serialize.h>
 #include <torch/utils.h>
 #include <torch/version.h>
+#ifdef DTL_WITH_NCCL
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include "atomic_file.h"
 #include "autocast.h"
@@ -91,15 +94,30 @@ size_t parameter_bytes(const std::vector<at::Tensor>& params) {
 }
 
 /// What a rank holds after a step, counted from the live tensors.
-std::string memory_line(const TrainOptions& o, const Reducer& reducer, size_t parameters, size_t state) {
+std::string memory_line(const TrainOptions& o, const Reducer& reducer, size_t parameters, size_t state,
+                        bool state_on_host) {
   std::ostringstream s;
   s << "dtl-train: rank 0 holds parameters " << parameters << " bytes, gradients " << reducer.gradient_bytes()
-    << " bytes, optimizer state " << state << " bytes (--zero " << o.zero << ")";
+    << " bytes, optimizer state " << state << " bytes" << (state_on_host ? " in host memory" : "") << " (--zero "
+    << o.zero << ")";
   if (reducer.reduce_scatter_emulated()) {
     s << "; the backend has no reduce_scatter: each gradient bucket is allreduced and this rank's chunk kept "
          "(data parallel's traffic, not half of it)";
   }
   return s.str();
+}
+
+/// The most device memory the caching allocator has handed out (torch.cuda.max_memory_allocated);
+/// std::nullopt on a CPU or where this build has no CUDA allocator to ask.
+std::optional<size_t> peak_device_bytes(c10::Device device) {
+#ifdef DTL_WITH_NCCL
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+#endif
+  (void)device;
+  return std::nullopt;
 }
 
 void dump_parameters(const std::string& dir, int rank, Gpt& model) {
@@ -174,7 +192,11 @@ std::string start_line(const TrainOptions& o, const LaunchEnv& env, const Placem
     << "; " << sourced(o, "mixed_precision", o.mixed_precision) << ", "
     << sourced(o, "grad_accum", std::to_string(o.grad_accum)) << ", " << sourced(o, "grad_clip", c10::str(o.grad_clip))
     << ", " << sourced(o, "activation_checkpointing", o.activation_checkpointing ? "on" : "off") << ", "
-    << sourced(o, "zero", std::to_string(o.zero)) << ", loss scale "
+    << sourced(o, "zero", std::to_string(o.zero)) << ", "
+    << sourced(o, "offload_optimizer", o.offload_optimizer)
+    << (o.offload_optimizer == "cpu" && !placement.device.is_cuda() ? " (a CPU run: the state is in host memory already)"
+                                                                     : "")
+    << ", loss scale "
     << (scaler ? "dynamic from " + c10::str(scaler->scale()) : std::string("none"));
   return s.str();
 }
@@ -221,6 +243,7 @@ struct Optimizer {
   void set_lr(double lr) { sharded ? sharded->set_lr(lr) : whole.set_lr(lr); }
   void step(const at::Tensor& grad_scale) { sharded ? sharded->step(grad_scale) : whole.step(grad_scale); }
   size_t state_bytes() const { return sharded ? sharded->state_bytes() : whole.state_bytes(); }
+  bool state_on_host() const { return sharded && sharded->offloaded(); }
 };
 
 /// The steps since the last log line: their wall and CPU time and the reducer's waits.
@@ -294,6 +317,12 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   FusedAdamW whole({{params.with_decay(true), o.weight_decay}, {params.with_decay(false), 0.0}}, o.lr, o.beta1,
                    o.beta2, 1e-8);
 
+  const bool offload = o.offload_optimizer == "cpu" && device.is_cuda();
+  if (offload && o.zero == 0) {
+    throw UsageError(sourced(o, "offload_optimizer", "cpu") +
+                     " steps each rank's shard of AdamW in host memory: it needs --zero 1, 2 or 3 (DeepSpeed ignores "
+                     "it at stage 0)");
+  }
   const Sharding sharding{o.zero, o.zero > 0 ? env.world_size : 1};
   Progress progress;
   std::optional<Loaded> resumed;
@@ -324,7 +353,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   Optimizer optimizer{whole, nullptr};
   if (o.zero > 0) {
     optimizer.sharded = std::make_unique<ShardedAdamW>(*comm, reducer, params.all, params.decay, o.weight_decay, o.lr,
-                                                       o.beta1, o.beta2, shards.get());
+                                                       o.beta1, o.beta2, shards.get(), offload);
     if (resumed && resumed->sharding.whole()) {  // this rank's pieces of a whole checkpoint's optimizer
       optimizer.sharded->take_whole(whole, params.decay);
       whole.clear_state();
@@ -396,7 +425,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
     }
     if (leader && progress.step == first_step) {
       const size_t held = optimizer.sharded ? optimizer.sharded->parameter_bytes() : parameter_bytes(params.all);
-      say(memory_line(o, reducer, held, optimizer.state_bytes()));
+      say(memory_line(o, reducer, held, optimizer.state_bytes(), optimizer.state_on_host()));
     }
     reducer.zero_grad();
     progress.step = step;
@@ -435,7 +464,12 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
     if (shards) shards->gather_all();
     dump_parameters(o.dump_params, env.rank, model);
   }
-  if (leader) say("dtl-train: done at step " + std::to_string(progress.step));
+  if (leader) {
+    if (auto peak = peak_device_bytes(device)) {
+      say("dtl-train: rank 0's peak device memory: " + std::to_string(*peak) + " bytes allocated");
+    }
+    say("dtl-train: done at step " + std::to_string(progress.step));
+  }
   return 0;
 }
 

@@ -116,10 +116,11 @@ size_t ShardedParameters::bytes() const {
 }
 
 /// The flat buffers, and this rank's pieces of each parameter with their gradients (views into
-/// the reducer's chunks) in the decayed and the undecayed group.
+/// the reducer's chunks, or with offload into their host copies) in the decayed and the undecayed
+/// group.
 ShardedAdamW::Pieces ShardedAdamW::cut(const Comm& comm, const Reducer& reducer, const std::vector<at::Tensor>& params,
                                        const std::vector<bool>& decay, double weight_decay,
-                                       const ShardedParameters* stage3) {
+                                       const ShardedParameters* stage3, bool offload) {
   at::NoGradGuard no_grad;
   Pieces out;
   out.groups = {{{}, weight_decay}, {{}, 0.0}};
@@ -128,18 +129,25 @@ ShardedAdamW::Pieces ShardedAdamW::cut(const Comm& comm, const Reducer& reducer,
     const int64_t padded = reducer.padded_size(b), chunk = padded / comm.world;
     const int64_t begin = comm.rank * chunk, end = begin + chunk;
     const at::Tensor flat = stage3 ? at::Tensor() : bucket_flat(reducer, b, params);
-    const at::Tensor grad = reducer.owned_grad(b);
+    Offloaded o{stage3 ? stage3->chunk(b) : flat.narrow(0, begin, chunk), reducer.owned_grad(b), {}, {}};
+    if (offload) {
+      const auto host = at::TensorOptions().dtype(at::kFloat).pinned_memory(o.device_chunk.is_cuda());
+      o.host_chunk = at::empty({chunk}, host).copy_(o.device_chunk);
+      o.host_grad = at::zeros({chunk}, host);
+    }
+    const at::Tensor& stepped = offload ? o.host_chunk : o.device_chunk;
+    const at::Tensor& grad = offload ? o.host_grad : o.device_grad;
     for (size_t i : reducer.bucket_params(b)) {
       const int64_t offset = reducer.offset_of(i), n = reducer.numel_of(i);
       const int64_t from = std::max(offset, begin), to = std::min(offset + n, end);
       if (from < to) {
-        at::Tensor piece =
-            stage3 ? stage3->chunk(b).narrow(0, from - begin, to - from) : flat.narrow(0, from, to - from);
+        at::Tensor piece = stepped.narrow(0, from - begin, to - from);
         piece.mutable_grad() = grad.narrow(0, from - begin, to - from);
         out.groups[decay[i] ? 0 : 1].params.push_back(piece);
         out.where[decay[i] ? 0 : 1].push_back({static_cast<int64_t>(i), from - offset, to - from});
       }
     }
+    if (offload) out.offload.push_back(std::move(o));
     if (stage3) continue;
     for (size_t i : reducer.bucket_params(b)) {
       // The parameter keeps its autograd identity (and the reducer's hook); its data is the buffer's.
@@ -153,21 +161,31 @@ ShardedAdamW::Pieces ShardedAdamW::cut(const Comm& comm, const Reducer& reducer,
 
 ShardedAdamW::ShardedAdamW(Comm& comm, const Reducer& reducer, const std::vector<at::Tensor>& params,
                            const std::vector<bool>& decay, double weight_decay, double lr, double beta1, double beta2,
-                           const ShardedParameters* stage3)
-    : ShardedAdamW(comm, cut(comm, reducer, params, decay, weight_decay, stage3), lr, beta1, beta2, stage3) {}
+                           const ShardedParameters* stage3, bool offload)
+    : ShardedAdamW(comm, cut(comm, reducer, params, decay, weight_decay, stage3, offload), lr, beta1, beta2, stage3) {}
 
 ShardedAdamW::ShardedAdamW(Comm& comm, Pieces pieces, double lr, double beta1, double beta2,
                            const ShardedParameters* stage3)
     : comm_(comm),
       stage3_(stage3),
       flat_(std::move(pieces.flat)),
+      offload_(std::move(pieces.offload)),
       where_(std::move(pieces.where)),
       adamw_(std::move(pieces.groups), lr, beta1, beta2, 1e-8) {}
 
 void ShardedAdamW::step(const at::Tensor& grad_scale) {
-  adamw_.step(grad_scale);
-  if (stage3_) return;  // each bucket is gathered when it is next used
   at::NoGradGuard no_grad;
+  if (offloaded()) {
+    // A copy from the device to pageable or pinned host memory returns once the data is there.
+    for (Offloaded& o : offload_) o.host_grad.copy_(o.device_grad);
+    adamw_.step(grad_scale.defined() ? grad_scale.to(at::kCPU) : grad_scale);
+    // From pinned memory the copies to the device run behind the host; the host writes these
+    // chunks again only in the next step, after that step's copies from the device (same stream).
+    for (Offloaded& o : offload_) o.device_chunk.copy_(o.host_chunk, /*non_blocking=*/true);
+  } else {
+    adamw_.step(grad_scale);
+  }
+  if (stage3_) return;  // each bucket is gathered when it is next used
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   for (auto& flat : flat_) {
     std::vector<std::vector<at::Tensor>> out{flat.chunk(comm_.world)};

@@ -1,6 +1,8 @@
 // ZeRO: each rank keeps and steps the AdamW state of its own chunk of every gradient bucket
 // (Reducer's layout). Stages 1 and 2 then all-gather every rank's updated chunk; stage 3 keeps only
 // its chunk of the parameters too (ShardedParameters), and gathers a bucket just before its use.
+// With offload (DeepSpeed's ZeRO-Offload), the chunks' AdamW state and an fp32 copy of the chunks
+// live in host memory and the step runs there; the device keeps the parameters and gradients.
 #pragma once
 
 #include <cstddef>
@@ -77,19 +79,22 @@ class ShardedAdamW {
 
   /// Makes each bucket's parameters views into one flat buffer laid out as the bucket (padded as
   /// it is), so that a chunk of the bucket is a chunk of parameters; with `stage3`, steps its
-  /// chunks instead. `decay[i]`: whether params[i] takes `weight_decay`.
+  /// chunks instead. `decay[i]`: whether params[i] takes `weight_decay`. `offload`: the state and
+  /// the step in host memory (pinned when the parameters are on a GPU), even for CPU parameters.
   ShardedAdamW(Comm& comm, const Reducer& reducer, const std::vector<at::Tensor>& params,
                const std::vector<bool>& decay, double weight_decay, double lr, double beta1, double beta2,
-               const ShardedParameters* stage3 = nullptr);
+               const ShardedParameters* stage3 = nullptr, bool offload = false);
 
   void set_lr(double lr) { adamw_.set_lr(lr); }
 
   /// Steps this rank's chunks with their gradients (times `grad_scale`, as FusedAdamW::step), then
-  /// (stages 1 and 2) all-gathers every bucket so that every rank has every parameter.
+  /// (stages 1 and 2) all-gathers every bucket so that every rank has every parameter. With
+  /// offload: copies the gradient chunks to the host, steps there, copies the chunks back.
   void step(const at::Tensor& grad_scale);
 
-  /// Bytes of AdamW state this rank holds (its chunks' moments).
+  /// Bytes of AdamW state this rank holds (its chunks' moments), in host memory with offload.
   size_t state_bytes() const;
+  bool offloaded() const { return !offload_.empty(); }
   /// Bytes of the parameters' flat buffers (stage 3: of what ShardedParameters holds).
   size_t parameter_bytes() const;
 
@@ -104,18 +109,25 @@ class ShardedAdamW {
   void take_whole(const FusedAdamW& whole, const std::vector<bool>& decay);
 
  private:
+  /// One bucket's chunk on the device and its host copies, with offload.
+  struct Offloaded {
+    at::Tensor device_chunk, device_grad;  ///< this rank's chunk of the parameters and of the gradient
+    at::Tensor host_chunk, host_grad;      ///< what the host steps, in fp32
+  };
   struct Pieces {
     std::vector<at::Tensor> flat;
+    std::vector<Offloaded> offload;
     std::vector<FusedAdamW::Group> groups;  ///< this rank's pieces of parameters: decayed, then not
     std::vector<std::vector<Piece>> where;  ///< where each of them lies
   };
   static Pieces cut(const Comm& comm, const Reducer& reducer, const std::vector<at::Tensor>& params,
-                    const std::vector<bool>& decay, double weight_decay, const ShardedParameters* stage3);
+                    const std::vector<bool>& decay, double weight_decay, const ShardedParameters* stage3, bool offload);
   ShardedAdamW(Comm& comm, Pieces pieces, double lr, double beta1, double beta2, const ShardedParameters* stage3);
 
   Comm& comm_;
   const ShardedParameters* stage3_;
   std::vector<at::Tensor> flat_;           ///< per bucket: its parameters, padded
+  std::vector<Offloaded> offload_;         ///< per bucket, with offload
   std::vector<std::vector<Piece>> where_;  ///< [group][index] of adamw_'s parameters
   FusedAdamW adamw_;                       ///< over this rank's pieces of parameters, grads set to the reducer's chunks
 };

@@ -167,6 +167,21 @@ class Zero(TrainTest):
                 self.assertIn(f"zero 3 ({source})", r.stdout)
                 self.assertEqual(self.params(out, 2), self.params(base, 2))
 
+    def test_an_offloaded_optimizer_on_a_cpu_run_changes_nothing_and_says_so(self):
+        _, base = self.train(2, *RUN, "--steps", 6, "--zero", 2, name="kept")
+        text = "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  offload_optimizer_device: cpu\n"
+        r, out = self.train(2, *RUN, "--steps", 6, name="offload", launcher_args=("--config_file", self.accelerate_file(text)))
+        self.assertIn("offload_optimizer cpu (ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE) (a CPU run: the state is in "
+                      "host memory already)", r.stdout)
+        self.assertEqual(self.params(out, 2), self.params(base, 2))
+        # DeepSpeed's NVMe offload is refused, naming the variable the file gave.
+        text = text.replace("device: cpu", "device: nvme")
+        r = self.launch("--standalone", "--nproc_per_node=2", "--config_file", self.accelerate_file(text), "--no_python",
+                        DTL_TRAIN, *map(str, TINY), timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("dtl-train: error: ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=nvme: dtl-train offloads the "
+                      "optimizer to host memory (cpu), not to NVMe", r.stdout + r.stderr)
+
 
 if __name__ == "__main__":
     main()

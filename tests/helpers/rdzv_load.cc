@@ -198,7 +198,8 @@ struct Load {
               [this, i](const std::string& why, bool refused) {
                 error("load-" + std::to_string(i) + (refused ? ": refused: " : ": ") + why);
                 finish();
-              }});
+              },
+              {}, {}, {}, {}});  // no stacks or hang verdicts in a load test
     }
     deadline.expires_after(std::chrono::seconds(timeout_s));
     deadline.async_wait([this](const boost::system::error_code& ec) {

@@ -113,8 +113,40 @@ TEST_CASE("dtl-train: a bad accelerate variable or a sharded run is one line nam
         "dtl-train: error: FSDP_SHARDING_STRATEGY=HYBRID_SHARD: dtl-train shards over every rank (FULL_SHARD, "
         "SHARD_GRAD_OP) or not at all (NO_SHARD), not within a node");
   CHECK(parse({"--zero", "4"}).output == "dtl-train: error: --zero must be 0, 1, 2 or 3 (got 4)");
-  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu"}})
-            .exit_code == 2);
+  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "nvme"}})
+            .output ==
+        "dtl-train: error: ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=nvme: dtl-train offloads the optimizer to host "
+        "memory (cpu), not to NVMe");
+  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "disk"}})
+            .output == "dtl-train: error: ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=disk: expected none, cpu or nvme");
+  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "cpu"}}).output ==
+        "dtl-train: error: ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE=cpu: dtl-train keeps the parameters on its device "
+        "(it offloads only the optimizer: offload_optimizer_device)");
+  CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "true"}}).output ==
+        "dtl-train: error: FSDP_OFFLOAD_PARAMS=true: dtl-train keeps the parameters on its device (it offloads only "
+        "the optimizer, in a DeepSpeed run or with --offload_optimizer cpu)");
+  CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "false"}}).options);
+  CHECK(parse({"--offload_optimizer", "gpu"}).output ==
+        "dtl-train: error: --offload_optimizer must be none or cpu (got 'gpu')");
+}
+
+TEST_CASE("dtl-train: the optimizer's offload comes from accelerate's DeepSpeed variable unless the flag is given") {
+  const std::map<std::string, std::string> cpu{{"ACCELERATE_USE_DEEPSPEED", "true"},
+                                               {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"},
+                                               {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu"}};
+  auto from_env = parse({}, cpu);
+  REQUIRE(from_env.options);
+  CHECK(from_env.options->offload_optimizer == "cpu");
+  CHECK(from_env.options->sources.at("offload_optimizer") == "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE");
+  auto flag = parse({"--offload_optimizer", "none"}, cpu);
+  REQUIRE(flag.options);
+  CHECK(flag.options->offload_optimizer == "none");
+  CHECK(flag.options->sources.at("offload_optimizer") == "--offload_optimizer");
+  // accelerate reads the variable only in a DeepSpeed run (its DeepSpeedPlugin); so does dtl-train.
+  auto plain = parse({}, {{"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu"}});
+  REQUIRE(plain.options);
+  CHECK(plain.options->offload_optimizer == "none");
+  CHECK(plain.options->sources.at("offload_optimizer") == "default");
 }
 
 TEST_CASE("dtl-train: the ZeRO stage comes from accelerate's DeepSpeed or FSDP variables unless --zero is given") {
