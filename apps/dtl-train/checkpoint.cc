@@ -73,7 +73,7 @@ void save_checkpoint(const std::string& path, Gpt& model, const FusedAdamW* opt,
 Loaded load_checkpoint(const std::string& path, Gpt& model, FusedAdamW& whole, c10::Device device,
                        const Sharding* expected) {
   torch::serialize::InputArchive root, m, o;
-  root.load_from(path, device);
+  root.load_from(path, c10::kCPU);  // the optimizer's state goes where `whole` keeps it, not all to `device`
   c10::IValue shape, step, position, written;
   root.read("shape", shape);
   if (shape.toStringRef() != shape_text(model->shape())) {
@@ -89,7 +89,8 @@ Loaded load_checkpoint(const std::string& path, Gpt& model, FusedAdamW& whole, c
                      ": resume with the same, or make it whole first (dtl-train --consolidate " + dir + " OUT)");
   }
   root.read("model", m);
-  model->load(m);
+  model->load(m);     // the parameters now hold the archive's CPU tensors ...
+  model->to(device);  // ... and go back to the device, each keeping its identity
   if (sharding->whole()) {
     root.read("optimizer", o);
     whole.load(o);

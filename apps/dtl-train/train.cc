@@ -235,6 +235,20 @@ Units stage3_units(const Parameters& params, int layers) {
   return u;
 }
 
+/// The whole AdamW. At stage 0 the optimizer the run steps; with ZeRO only what a whole checkpoint's
+/// state is read into before each rank takes its pieces of it: over CPU stand-ins of the
+/// parameters, so that no GPU holds all of it at once.
+FusedAdamW whole_adamw(const TrainOptions& o, const Parameters& params) {
+  auto group = [&](bool decayed) {
+    std::vector<at::Tensor> members = params.with_decay(decayed);
+    if (o.zero > 0) {
+      for (auto& p : members) p = at::empty(p.sizes());
+    }
+    return members;
+  };
+  return FusedAdamW({{group(true), o.weight_decay}, {group(false), 0.0}}, o.lr, o.beta1, o.beta2, 1e-8);
+}
+
 /// The optimizer a run steps: the whole AdamW (stage 0), or this rank's shard of it (ZeRO).
 struct Optimizer {
   FusedAdamW& whole;
@@ -314,8 +328,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   model->train();
   const Parameters params = parameters_of(model);
   // torch::optim::AdamW's update (decoupled decay on matrices only), fused into one pass per parameter.
-  FusedAdamW whole({{params.with_decay(true), o.weight_decay}, {params.with_decay(false), 0.0}}, o.lr, o.beta1,
-                   o.beta2, 1e-8);
+  FusedAdamW whole = whole_adamw(o, params);
 
   const bool offload = o.offload_optimizer == "cpu" && device.is_cuda();
   if (offload && o.zero == 0) {
