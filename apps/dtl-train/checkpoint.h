@@ -45,9 +45,9 @@ struct Loaded {
   Sharding sharding;  ///< the checkpoint's; whole: it held the optimizer, now in `whole`
 };
 /// Loads the model onto `device`, where the run stands, the CPU random state and, from a whole
-/// checkpoint, the optimizer into `whole` (onto its parameters' devices). Throws UsageError for another model shape, and for a sharded checkpoint
-/// of another sharding than `expected` (a whole one starts a run of any stage and world size;
-/// nullptr: any sharding, for consolidation).
+/// checkpoint, the optimizer into `whole` (onto its parameters' devices). Throws UsageError for another model shape,
+/// and for a sharded checkpoint of another sharding than `expected` (a whole one starts a run of any stage and world
+/// size; nullptr: any sharding, for consolidation).
 Loaded load_checkpoint(const std::string& path, Gpt& model, FusedAdamW& whole, c10::Device device,
                        const Sharding* expected);
 
