@@ -394,7 +394,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   Interval interval;
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
 
-  const long long first_step = progress.step;
+  bool holdings_said = false;
   while (progress.step < o.steps) {
     const long long step = progress.step + 1;  // 1-based, as logged
     doing = "step " + std::to_string(step) + " of " + std::to_string(o.steps);
@@ -435,10 +435,11 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
       }
     } else {
       optimizer.step(reducer.clip_scale());
-    }
-    if (leader && progress.step == first_step) {
-      const size_t held = optimizer.sharded ? optimizer.sharded->parameter_bytes() : parameter_bytes(params.all);
-      say(memory_line(o, reducer, held, optimizer.state_bytes(), optimizer.state_on_host()));
+      if (leader && !holdings_said) {  // after the first step taken: AdamW makes its state then
+        const size_t held = optimizer.sharded ? optimizer.sharded->parameter_bytes() : parameter_bytes(params.all);
+        say(memory_line(o, reducer, held, optimizer.state_bytes(), optimizer.state_on_host()));
+        holdings_said = true;
+      }
     }
     reducer.zero_grad();
     progress.step = step;

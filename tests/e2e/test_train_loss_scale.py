@@ -3,6 +3,7 @@ with --loss_scale dynamic: a power-of-two scale leaves fp32 training bit for bit
 whose gradients are not finite (injected on one rank) is skipped on every rank and halves the
 scale, at every ZeRO stage; the scale survives a restart through the checkpoint."""
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
@@ -44,6 +45,16 @@ class LossScale(TrainTest):
                                        "--fail_how", "nonfinite", name=f"unscaled{stage}")
                 self.assertNotIn("skipped", r.stdout)
                 self.assertTrue(any(x != x for x in self.params(broken, 2)), "no NaN without a scaler")
+
+    def test_what_a_rank_holds_is_said_after_the_first_step_taken(self):
+        # The first step is skipped: AdamW makes its state at the second, and the line waits for it.
+        r, _ = self.train(2, *RUN, "--steps", 2, "--zero", 1, "--loss_scale", "dynamic", "--fail_at_step", 1,
+                          "--fail_how", "nonfinite", name="first_skipped")
+        self.assertIn("dtl-train: step 1: gradients not finite", r.stdout)
+        params, state = map(int, re.search(r"holds parameters (\d+) bytes, .* optimizer state (\d+) bytes",
+                                           r.stdout).groups())
+        self.assertEqual(state, params)  # two moments per parameter, over 2 ranks
+        self.assertLess(r.stdout.index("step 1: gradients not finite"), r.stdout.index("holds parameters"))
 
     def test_the_scale_is_kept_in_the_checkpoint(self):
         ck = os.path.join(self.tmp, "ck")
