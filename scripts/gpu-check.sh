@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU, in about six minutes: builds dtl-train against this machine's
+# On a machine with an NVIDIA GPU, in a few minutes: builds dtl-train against this machine's
 # torch (scripts/build-cuda.sh, NCCL) and, meanwhile, hangs an NCCL job on purpose; then measures
 # NCCL's all_reduce, trains dtl-train under dtlaunch with NCCL, and measures bf16 tokens/s and model
 # FLOPs utilisation of the GPT-2-small preset, then each ZeRO stage and the optimizer's offload to

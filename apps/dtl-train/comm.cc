@@ -44,12 +44,9 @@ Comm::~Comm() {
 
 std::unique_ptr<Comm> connect(const LaunchEnv& env, const std::string& backend, c10::Device device,
                               std::chrono::milliseconds timeout) {
-  auto comm = std::make_unique<Comm>();
-  comm->rank = env.rank;
-  comm->world = env.world_size;
-  comm->backend = backend;
+  c10::intrusive_ptr<c10d::Store> store;
   if (env.master_port == 0) {
-    comm->store = c10::make_intrusive<c10d::HashStore>();
+    store = c10::make_intrusive<c10d::HashStore>();
   } else {
     c10d::TCPStoreOptions so;  // fields one by one: the constructor overloads differ across versions
     so.port = static_cast<uint16_t>(env.master_port);
@@ -57,8 +54,18 @@ std::unique_ptr<Comm> connect(const LaunchEnv& env, const std::string& backend, 
     so.numWorkers = env.world_size;
     so.waitWorkers = true;
     so.timeout = timeout;
-    comm->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
   }
+  return form_group(std::move(store), env, backend, device, timeout);
+}
+
+std::unique_ptr<Comm> form_group(c10::intrusive_ptr<c10d::Store> store, const LaunchEnv& env,
+                                 const std::string& backend, c10::Device device, std::chrono::milliseconds timeout) {
+  auto comm = std::make_unique<Comm>();
+  comm->rank = env.rank;
+  comm->world = env.world_size;
+  comm->backend = backend;
+  comm->store = std::move(store);
   comm->store->setTimeout(timeout);
 
   if (backend == "gloo") {

@@ -51,6 +51,11 @@ struct Comm {
 std::unique_ptr<Comm> connect(const LaunchEnv& env, const std::string& backend, c10::Device device,
                               std::chrono::milliseconds timeout);
 
+/// The backend's process group over a store every rank reaches (connect's second half; tests
+/// share one in-memory store between ranks in threads).
+std::unique_ptr<Comm> form_group(c10::intrusive_ptr<c10d::Store> store, const LaunchEnv& env,
+                                 const std::string& backend, c10::Device device, std::chrono::milliseconds timeout);
+
 /// Makes every rank's tensors equal to rank 0's (one flat broadcast).
 void broadcast_from_rank0(Comm& comm, const std::vector<at::Tensor>& tensors);
 

@@ -114,26 +114,31 @@ std::string apply_accelerate_env(TrainOptions& v, const std::set<std::string>& g
       v.sources["zero"] = "ACCELERATE_DEEPSPEED_ZERO_STAGE";
     }
     const std::string offload = read("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE");
-    if (offload == "nvme") {
-      return "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=nvme: dtl-train offloads the optimizer to host memory "
-             "(cpu), not to NVMe";
-    }
-    if (!offload.empty() && offload != "none" && offload != "cpu") {
-      return "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=" + offload + ": expected none, cpu or nvme";
-    }
     if (!offload.empty() && !given.count("offload_optimizer")) {
+      if (offload == "nvme") {
+        return "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=nvme: dtl-train offloads the optimizer to host memory "
+               "(cpu), not to NVMe";
+      }
+      if (offload != "none" && offload != "cpu") {
+        return "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=" + offload + ": expected none, cpu or nvme";
+      }
       v.offload_optimizer = offload;
       v.sources["offload_optimizer"] = "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE";
     }
-    if (const std::string params = read("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE"); !params.empty() && params != "none") {
+    // DeepSpeed offloads parameters at stage 3 only ("valid only with stage 3"); so would dtl-train.
+    const std::string params = read("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE");
+    if (v.zero == 3 && !params.empty() && params != "none") {
       return "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE=" + params +
              ": dtl-train keeps the parameters on its device (it offloads only the optimizer: offload_optimizer_device)";
     }
   }
-  if (fsdp && str_to_bool(read("FSDP_OFFLOAD_PARAMS")) == 1) {
-    return "FSDP_OFFLOAD_PARAMS=" + read("FSDP_OFFLOAD_PARAMS") +
-           ": dtl-train keeps the parameters on its device (it offloads only the optimizer, in a DeepSpeed run or "
-           "with --offload_optimizer cpu)";
+  if (const std::string p = read("FSDP_OFFLOAD_PARAMS"); fsdp && !p.empty()) {
+    if (str_to_bool(p) < 0) return "FSDP_OFFLOAD_PARAMS=" + p + ": expected true or false";
+    if (str_to_bool(p) == 1) {
+      return "FSDP_OFFLOAD_PARAMS=" + p +
+             ": dtl-train keeps the parameters on its device (it offloads only the optimizer, in a DeepSpeed run or "
+             "with --offload_optimizer cpu)";
+    }
   }
   if (fsdp) {
     // accelerate's default is FULL_SHARD; it takes the strategy's number (1-5) too.

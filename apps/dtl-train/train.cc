@@ -13,6 +13,7 @@
 #include <limits>
 #include <sstream>
 
+#include <ATen/Parallel.h>
 #include <torch/cuda.h>
 #include <torch/serialize.h>
 #include <torch/utils.h>
@@ -49,7 +50,6 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-
 struct Placement {
   c10::Device device = c10::kCPU;
   std::string backend;
@@ -59,7 +59,8 @@ Placement place(const TrainOptions& o, const LaunchEnv& env) {
   const bool cuda = torch::cuda::is_available();
   if (o.device == "cuda" && !cuda) throw UsageError("--device cuda but no CUDA device is usable here");
   if (o.backend == "nccl" && !built_with_nccl()) {
-    throw UsageError("--backend nccl: this dtl-train was built without NCCL (scripts/build-cuda.sh builds one with it)");
+    throw UsageError(
+        "--backend nccl: this dtl-train was built without NCCL (scripts/build-cuda.sh builds one with it)");
   }
   if (o.backend == "nccl" && (!cuda || o.device == "cpu")) throw UsageError("--backend nccl needs a CUDA device");
   Placement p;
@@ -68,7 +69,8 @@ Placement place(const TrainOptions& o, const LaunchEnv& env) {
     const int index = cuda_index_for(env.local_rank, count);
     if (index < 0) {
       throw UsageError("LOCAL_RANK=" + std::to_string(env.local_rank) + " but only " + std::to_string(count) +
-                       " CUDA devices are visible (CUDA_VISIBLE_DEVICES=" + env.cuda_visible_devices.value_or("") + ")");
+                       " CUDA devices are visible (CUDA_VISIBLE_DEVICES=" + env.cuda_visible_devices.value_or("") +
+                       ")");
     }
     p.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
@@ -85,7 +87,6 @@ std::string kernels_used(const TrainOptions& o, c10::Device device, std::optiona
   if (!fused_attention_usable(given)) return "fused GELU, torch's attention (no sgemm in the process)";
   return "fused GELU and attention";
 }
-
 
 size_t parameter_bytes(const std::vector<at::Tensor>& params) {
   size_t bytes = 0;
@@ -113,7 +114,7 @@ std::optional<size_t> peak_device_bytes(c10::Device device) {
 #ifdef DTL_WITH_NCCL
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    return stats.allocated_bytes[0].peak;  // [StatType::AGGREGATE], a type whose namespace moved in torch 2.5
   }
 #endif
   (void)device;
@@ -184,20 +185,19 @@ std::string start_line(const TrainOptions& o, const LaunchEnv& env, const Placem
                        const Batching& batching, const Reducer& reducer, const TokenSource& data,
                        std::optional<c10::ScalarType> autocast, const std::optional<LossScaler>& scaler) {
   std::ostringstream s;
-  s << "dtl-train: " << env.world_size << " rank(s), " << placement.backend << " on " << placement.device.str()
-    << ", " << (parameter_count(o.model) / 1e6) << "M parameters (" << shape_text(o.model) << "), global batch "
-    << batching.global() << " x " << o.model.context << " tokens, " << reducer.bucket_count()
-    << " gradient buckets, " << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision "
-    << o.mixed_precision << ", " << kernels_used(o, placement.device, autocast) << ", data " << data.describe()
-    << "; " << sourced(o, "mixed_precision", o.mixed_precision) << ", "
+  s << "dtl-train: " << env.world_size << " rank(s), " << placement.backend << " on " << placement.device.str() << ", "
+    << (parameter_count(o.model) / 1e6) << "M parameters (" << shape_text(o.model) << "), global batch "
+    << batching.global() << " x " << o.model.context << " tokens, " << reducer.bucket_count() << " gradient buckets, "
+    << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision " << o.mixed_precision << ", "
+    << kernels_used(o, placement.device, autocast) << ", data " << data.describe() << "; "
+    << sourced(o, "mixed_precision", o.mixed_precision) << ", "
     << sourced(o, "grad_accum", std::to_string(o.grad_accum)) << ", " << sourced(o, "grad_clip", c10::str(o.grad_clip))
     << ", " << sourced(o, "activation_checkpointing", o.activation_checkpointing ? "on" : "off") << ", "
-    << sourced(o, "zero", std::to_string(o.zero)) << ", "
-    << sourced(o, "offload_optimizer", o.offload_optimizer)
-    << (o.offload_optimizer == "cpu" && !placement.device.is_cuda() ? " (a CPU run: the state is in host memory already)"
-                                                                     : "")
-    << ", loss scale "
-    << (scaler ? "dynamic from " + c10::str(scaler->scale()) : std::string("none"));
+    << sourced(o, "zero", std::to_string(o.zero)) << ", " << sourced(o, "offload_optimizer", o.offload_optimizer)
+    << (o.offload_optimizer != "cpu" ? ""
+        : placement.device.is_cuda() ? " (the host steps on " + std::to_string(at::get_num_threads()) + " threads)"
+                                     : " (a CPU run: the state is in host memory already)")
+    << ", loss scale " << (scaler ? "dynamic from " + c10::str(scaler->scale()) : std::string("none"));
   return s.str();
 }
 
@@ -333,8 +333,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   const bool offload = o.offload_optimizer == "cpu" && device.is_cuda();
   if (offload && o.zero == 0) {
     throw UsageError(sourced(o, "offload_optimizer", "cpu") +
-                     " steps each rank's shard of AdamW in host memory: it needs --zero 1, 2 or 3 (DeepSpeed ignores "
-                     "it at stage 0)");
+                     " steps each rank's shard of AdamW in host memory: it needs --zero 1, 2 or 3");
   }
   const Sharding sharding{o.zero, o.zero > 0 ? env.world_size : 1};
   Progress progress;
@@ -495,7 +494,8 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   const std::string text =
       "dtl-train rank " + std::to_string(env.rank) + " failed while " + doing + ":\n" + type + ": " + message;
   const bool peer_gone = message.find("by peer") != std::string::npos;
-  exit_with_report(env.error_file, {type, message, text}, text, 1, peer_gone ? std::chrono::seconds(2) : std::chrono::seconds(0));
+  exit_with_report(env.error_file, {type, message, text}, text, 1,
+                   peer_gone ? std::chrono::seconds(2) : std::chrono::seconds(0));
 }
 
 }  // namespace

@@ -119,9 +119,21 @@ TEST_CASE("dtl-train: a bad accelerate variable or a sharded run is one line nam
         "memory (cpu), not to NVMe");
   CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "disk"}})
             .output == "dtl-train: error: ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=disk: expected none, cpu or nvme");
-  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "cpu"}}).output ==
+  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "3"},
+                   {"ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "cpu"}})
+            .output ==
         "dtl-train: error: ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE=cpu: dtl-train keeps the parameters on its device "
         "(it offloads only the optimizer: offload_optimizer_device)");
+  // Below stage 3 DeepSpeed does not offload parameters either.
+  CHECK(parse({}, {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"},
+                   {"ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "cpu"}})
+            .options);
+  CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "maybe"}}).output ==
+        "dtl-train: error: FSDP_OFFLOAD_PARAMS=maybe: expected true or false");
+  // The flag wins over the file's NVMe.
+  CHECK(parse({"--offload_optimizer", "cpu"},
+              {{"ACCELERATE_USE_DEEPSPEED", "true"}, {"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "nvme"}})
+            .options);
   CHECK(parse({}, {{"ACCELERATE_USE_FSDP", "true"}, {"FSDP_OFFLOAD_PARAMS", "true"}}).output ==
         "dtl-train: error: FSDP_OFFLOAD_PARAMS=true: dtl-train keeps the parameters on its device (it offloads only "
         "the optimizer, in a DeepSpeed run or with --offload_optimizer cpu)");
