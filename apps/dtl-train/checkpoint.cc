@@ -138,7 +138,7 @@ void load_shard(const std::string& dir, long long step, int rank, ShardedAdamW& 
     throw UsageError("checkpoint at step " + std::to_string(step) + " has no optimizer shard " + path);
   }
   torch::serialize::InputArchive shard;
-  shard.load_from(path);
+  shard.load_from(path, c10::kCPU);  // the moments then go where this rank keeps them (its device, or the host)
   try {
     opt.load(shard);
   } catch (const std::invalid_argument& e) {
