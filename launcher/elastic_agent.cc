@@ -56,7 +56,8 @@ class ElasticAgent final : public Runner {
     rdzv::Client::Callbacks callbacks{
         [this](const rdzv::Round& r) { apply(state.on_round(r)); }, [this](const rdzv::Stop& s) { apply(state.on_stop(s)); },
         [this](const rdzv::Exit& e) { apply(state.on_exit(e)); },
-        [this](const std::string& why, bool refused) { apply(state.on_error(why, refused)); }};
+        [this](const std::string& why, bool refused) { apply(state.on_error(why, refused)); },
+        {}, {}, {}, {}};  // the stacks' and the verdict's, set below
     // Every node's stacks: this node's part when the server asks, and the parts of what it asked for.
     callbacks.on_stacks_ask = [this](const rdzv::StacksAsk& a) {
       group.hangs().part(rdzv::kMaxStacksText, [this, id = a.id](std::string part) {

@@ -139,7 +139,7 @@ Result<AgentSetup> make_agent_options(const config::LaunchOptions& o, const Laun
   c.join.min_nodes = o.min_nodes;
   c.join.max_nodes = o.max_nodes;
   c.join.agent_id = host.agent_id;
-  const rdzv::PortNames names{called(o, config::Setting::local_addr), "the workers' port"};
+  const rdzv::PortNames names{called(o, config::Setting::local_addr), "the workers' port", ""};
   auto port = host.reserve_port(o.local_addr.empty() ? "0.0.0.0" : o.local_addr, 0, names);
   if (!port) return fail("cannot find a free port for the workers: " + port.error().message);
   c.join.worker_port = *port;
