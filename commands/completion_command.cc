@@ -88,14 +88,12 @@ std::string zsh_quote(std::string text) {
 std::string zsh() {
   std::string specs;
   for (const auto& o : config::option_docs()) {
-    // Appended, not "(" + ... + ")": GCC 12 warns of a false overlap there (-Wrestrict, its bug 105329).
-    std::string exclusive;
-    if (o.spellings.size() > 1) exclusive.append("(").append(text::join(o.spellings, " ")).append(")");
+    std::string exclusive = o.spellings.size() > 1 ? "(" + text::join(o.spellings, " ") + ")" : "";
     std::string action = !o.choices.empty() ? ":value:(" + words_of(o.choices) + ")"
                          : o.names_path     ? ":path:_files"
                          : o.takes_value    ? ":value: "
                                             : "";
-    const std::string help = std::string("[").append(zsh_quote(o.help)).append("]");
+    const std::string help = "[" + zsh_quote(o.help) + "]";
     if (o.spellings.size() > 1) {
       specs += "    '" + exclusive + "'{" + text::join(o.spellings, ",") + "}" + (o.takes_value ? "'=" : "'") + help +
                action + "' \\\n";
