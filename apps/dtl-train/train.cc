@@ -241,8 +241,8 @@ Units stage3_units(const Parameters& params, int layers) {
 FusedAdamW whole_adamw(const TrainOptions& o, const Parameters& params) {
   auto group = [&](bool decayed) {
     std::vector<at::Tensor> members = params.with_decay(decayed);
-    if (o.zero > 0) {
-      for (auto& p : members) p = at::empty(p.sizes());
+    if (o.zero > 0) {  // of the parameters' sizes, with no storage: what load checks, and all set_state needs
+      for (auto& p : members) p = at::zeros({}).expand(p.sizes());
     }
     return members;
   };
