@@ -173,43 +173,20 @@ print(f"dtl-train, NCCL, {sys.argv[2]} rank(s): loss {first:.3f} -> {last:.3f}  
 PY
 done
 
-# 5. GPT-2 small in bf16: tokens/s and MFU over the timed steps.
-if timeout 420 "$dtlaunch" --standalone --nproc_per_node=1 --no_python "$trainer" --preset gpt2-small --backend nccl \
-  --mixed_precision bf16 --batch_size "$batch" --steps "$steps" --log_every 10 --peak_tflops "$peak" \
-  --metrics "$logs/gpt2.jsonl" >"$logs/gpt2.log" 2>&1; then
-  say "$(grep -m1 "dtl-train: 1 rank" "$logs/gpt2.log" | sed 's/^\[default0\]://')"
-  "$python" - "$logs/gpt2.jsonl" "$batch" <<'PY' | while read -r l; do say "$l"; done
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])][1:]  # the first 10 steps warm up
-time = sum(r["step_time_s"] for r in rows)
-tokens_per_s = sum(r["tokens_per_s"] * r["step_time_s"] for r in rows) / time
-mfu = sum(r["mfu"] * r["step_time_s"] for r in rows) / time
-print(f"GPT-2 small, bf16, batch {sys.argv[2]} x 1024: {tokens_per_s:,.0f} tokens/s, "
-      f"step {time / len(rows) * 1e3:.1f} ms, MFU {mfu * 100:.1f}%  "
-      f"[{'PASS' if mfu >= 0.4 else 'MISS'} goal >= 40%], final loss {rows[-1]['loss']:.3f}")
-PY
-else
-  tail -20 "$logs/gpt2.log" >>"$out/summary.txt"
-  fail "gpt2: the GPT-2 run failed (tail above)"
-fi
-
-# 6. GPT-2 small in bf16 at each ZeRO stage, and stage 2 with AdamW's state and step in host memory:
-# tokens/s, MFU and peak device memory (torch.cuda.max_memory_allocated). One rank: every stage's
-# code runs on the GPU, and the offload moves the 8 bytes per parameter of AdamW's moments off it.
-zero_steps=${ZERO_STEPS:-30}
-if [ "$zero_steps" -gt 10 ]; then
-  for run in "0" "1" "2" "3" "2 cpu"; do
-    set -- $run
-    name=zero$1${2:+-offload}
-    if ! timeout 300 "$dtlaunch" --standalone --nproc_per_node=1 --no_python "$trainer" --preset gpt2-small \
-      --backend nccl --mixed_precision bf16 --batch_size "$batch" --steps "$zero_steps" --log_every 10 \
-      --peak_tflops "$peak" --zero "$1" --offload_optimizer "${2:-none}" --metrics "$logs/$name.jsonl" \
-      >"$logs/$name.log" 2>&1; then
-      tail -5 "$logs/$name.log" >>"$out/summary.txt"
-      fail "$name: dtl-train --zero $1 --offload_optimizer ${2:-none} failed (tail above)"
-      continue
-    fi
-    "$python" - "$logs/$name.jsonl" "$logs/$name.log" "$name" <<'PY' | while read -r l; do say "$l"; done
+# GPT-2 small in bf16 on one rank: `gpt2 NAME STEPS TIMEOUT [dtl-train flags]` trains it and prints
+# tokens/s, MFU, the peak device memory (torch.cuda.max_memory_allocated) and where AdamW's state
+# is, over the timed steps (the first 10 warm up).
+gpt2() {
+  local name=$1 n=$2 limit=$3
+  shift 3
+  if ! timeout "$limit" "$dtlaunch" --standalone --nproc_per_node=1 --no_python "$trainer" --preset gpt2-small \
+    --backend nccl --mixed_precision bf16 --batch_size "$batch" --steps "$n" --log_every 10 --peak_tflops "$peak" \
+    --metrics "$logs/$name.jsonl" "$@" >"$logs/$name.log" 2>&1; then
+    tail -20 "$logs/$name.log" >>"$out/summary.txt"
+    fail "$name: the GPT-2 run ($*) failed (tail above)"
+    return 1
+  fi
+  "$python" - "$logs/$name.jsonl" "$logs/$name.log" "$name" "$batch" <<'PY' | while read -r l; do say "$l"; done
 import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][1:]  # the first 10 steps warm up
 log = open(sys.argv[2]).read()
@@ -218,11 +195,23 @@ tokens_per_s = sum(r["tokens_per_s"] * r["step_time_s"] for r in rows) / time
 mfu = sum(r["mfu"] * r["step_time_s"] for r in rows) / time
 peak = re.search(r"peak device memory: (\d+) bytes", log)
 held = re.search(r"optimizer state (\d+) bytes( in host memory)?", log)
-print(f"GPT-2 small, bf16, {sys.argv[3]}: {tokens_per_s:,.0f} tokens/s, MFU {mfu * 100:.1f}%, "
+print(f"GPT-2 small, bf16, {sys.argv[3]}, batch {sys.argv[4]} x 1024: {tokens_per_s:,.0f} tokens/s, "
+      f"step {time / len(rows) * 1e3:.1f} ms, MFU {mfu * 100:.1f}%  [{'PASS' if mfu >= 0.4 else 'MISS'} goal >= 40%], "
       f"peak device memory {int(peak.group(1)) / 2**30:.2f} GiB, AdamW state {int(held.group(1)) / 2**30:.2f} GiB"
       f"{' in host memory' if held.group(2) else ' on the GPU'}, final loss {rows[-1]['loss']:.3f}")
 PY
-  done
+}
+
+# 5. GPT-2 small in bf16, data parallel (--zero 0).
+gpt2 gpt2 "$steps" 420 && say "$(grep -m1 "dtl-train: 1 rank" "$logs/gpt2.log" | sed 's/^\[default0\]://')"
+
+# 6. The same at ZeRO stages 1-3, and at stage 2 with AdamW's state and step in host memory (stage
+# 0 is step 5). One rank: every stage's code runs on the GPU, and the offload moves the 8 bytes per
+# parameter of AdamW's moments off it.
+zero_steps=${ZERO_STEPS:-30}
+if [ "$zero_steps" -gt 10 ]; then
+  for stage in 1 2 3; do gpt2 "zero$stage" "$zero_steps" 300 --zero "$stage"; done
+  gpt2 zero2-offload "$zero_steps" 300 --zero 2 --offload_optimizer cpu
   # Offload needs a sharded optimizer: at stage 0 it is refused in one line.
   if "$trainer" --preset tiny --steps 1 --offload_optimizer cpu >"$logs/offload0.log" 2>&1 ||
     ! grep -q "it needs --zero 1, 2 or 3" "$logs/offload0.log"; then
