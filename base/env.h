@@ -6,11 +6,16 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dtl {
 
 /// Looks up an environment variable; std::nullopt when unset.
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+/// Variables to set, in order: "KEY", "VALUE".
+using EnvPairs = std::vector<std::pair<std::string, std::string>>;
 
 /// The process environment, for the real binary.
 inline EnvLookup process_env() {

@@ -11,10 +11,12 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 extern char** environ;
@@ -248,6 +250,39 @@ uint64_t raise_fd_limit() {
 
 void restore_fd_limit_in_child() {
   if (fd_limit_raised) setrlimit(RLIMIT_NOFILE, &original_fd_limit);
+}
+
+namespace {
+
+bool is_executable_file(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+std::optional<std::string> find_executable(const std::string& name, const std::string& path_env) {
+  if (name.empty()) return std::nullopt;
+  if (name.find('/') != std::string::npos) {
+    return is_executable_file(name) ? std::optional<std::string>(name) : std::nullopt;
+  }
+  std::string::size_type start = 0;
+  while (start <= path_env.size()) {
+    auto end = path_env.find(':', start);
+    if (end == std::string::npos) end = path_env.size();
+    std::string dir = path_env.substr(start, end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+bool path_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "SIG" + std::to_string(sig);
 }
 
 }  // namespace dtl::posix

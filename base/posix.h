@@ -92,6 +92,16 @@ std::vector<std::string> host_addresses();
 /// The name of the interface that holds `address` ("eth0"), or "" when none does.
 std::string interface_of(const std::string& address);
 
+/// PATH lookup as execvp does it, for an executable regular file. A name with a '/' is checked as
+/// given. Returns the path to exec.
+std::optional<std::string> find_executable(const std::string& name, const std::string& path_env);
+
+/// Whether anything is at `path` (access F_OK).
+bool path_exists(const std::string& path);
+
+/// "SIGSEGV" for 11; "SIG<n>" for numbers without a name.
+std::string signal_name(int sig);
+
 /// The working directory's absolute path; "." when it cannot be had (removed under us).
 std::string current_directory();
 

@@ -11,7 +11,7 @@
 #include "config/config_file.h"
 #include "config/flags.h"
 #include "config/wizard.h"
-#include "launcher/gpus.h"
+#include "node/gpus.h"
 #include "base/printable.h"
 
 namespace dtl::commands {
@@ -110,7 +110,7 @@ Result<config::MachineFacts> machine_facts(const ConfigArgs& a, const EnvLookup&
     return fail(from + ": " + e.what() + " (got '" + printable(*fake) + "')");
   }
   const std::optional<int> count = parsed.fake_gpus;
-  auto inventory = launcher::discover_gpus(count);
+  auto inventory = node::discover_gpus(count);
   return config::MachineFacts{static_cast<int>(inventory.gpus.size()), inventory.source, posix::host_name()};
 }
 

@@ -10,7 +10,7 @@
 #include "base/posix.h"
 #include "commands/commands.h"
 #include "base/text.h"
-#include "launcher/gpus.h"
+#include "node/gpus.h"
 
 namespace dtl::commands {
 namespace {
@@ -107,8 +107,8 @@ int run_env(const std::vector<std::string>& args, const EnvLookup& env) {
     fake = settings->shown->fake_gpus;
     cpu_job = settings->shown->use_cpu;
   }
-  auto inventory = launcher::discover_gpus(fake);
-  auto details = inventory.source == "nvml" ? launcher::query_gpu_details() : std::nullopt;
+  auto inventory = node::discover_gpus(fake);
+  auto details = inventory.source == "nvml" ? node::query_gpu_details() : std::nullopt;
   out << "- GPUs (" << inventory.source << "): " << inventory.gpus.size() << (cpu_job ? " (unused: use_cpu is set)" : "")
       << "\n";
   for (const auto& g : inventory.gpus) {

@@ -11,8 +11,8 @@
 #include "base/posix.h"
 #include "commands/commands.h"
 #include "config/command_line.h"
-#include "launcher/rdzv_options.h"
-#include "launcher/shared_port.h"
+#include "agent/rdzv_options.h"
+#include "agent/shared_port.h"
 #include "store/server.h"
 
 namespace dtl::commands {
@@ -73,7 +73,7 @@ int serve(rendezvous::ServerOptions opts) {
   boost::asio::io_context io;
   // The agents' workers find their c10d store at the rendezvous endpoint (--agent_store, the default).
   store::Server store(io);
-  launcher::share_port_with_store(opts, store);
+  agent::share_port_with_store(opts, store);
   try {
     rendezvous::Server server(io, opts);
     spdlog::info("rendezvous for job '{}' listening on {}:{}", opts.credentials.run_id,
@@ -111,7 +111,7 @@ int run_rdzv_server(const std::vector<std::string>& args, const EnvLookup& env) 
     return 0;
   }
   const ServerFlags& flags = *request->flags;
-  auto made = launcher::rdzv_options(flags.settings, flags.host, flags.port);
+  auto made = agent::rdzv_options(flags.settings, flags.host, flags.port);
   if (!made) return report(made.error());
   for (const auto& w : made->warnings) spdlog::warn("{}", w);
   return serve(made->server);

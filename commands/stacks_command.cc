@@ -1,11 +1,11 @@
 // `dtlaunch stacks [PID]`: every rank's stack of a running job of this user on this machine, now,
-// from the job's own dtlaunch (launcher/stacks_socket.h); the job goes on undisturbed.
+// from the job's own dtlaunch (watch/stacks_socket.h); the job goes on undisturbed.
 #include <iostream>
 
 #include "base/printable.h"
 #include "base/text.h"
 #include "commands/commands.h"
-#include "launcher/stacks_socket.h"
+#include "watch/stacks_socket.h"
 
 namespace dtl::commands {
 
@@ -25,7 +25,7 @@ int run_stacks(const std::vector<std::string>& args, const EnvLookup&) {
     }
     pid = static_cast<pid_t>(*n);
   }
-  return launcher::print_stacks(pid);
+  return watch::print_stacks(pid);
 }
 
 }  // namespace dtl::commands

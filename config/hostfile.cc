@@ -145,4 +145,18 @@ Result<std::vector<Host>> filter_hosts(std::vector<Host> hosts, const std::strin
   return kept;
 }
 
+Status refuse_host_settings_without_hosts(const LaunchOptions& o) {
+  if (o.fanout.agent || o.fanout.wanted()) return {};
+  for (Setting name : {Setting::hostfile, Setting::hosts}) {
+    if (o.typed(name)) return fail(o.source(name).where + " is empty: no host to start");
+  }
+  for (Setting name : {Setting::include, Setting::exclude}) {
+    if (o.typed(name)) {
+      return fail(o.source(name).where + " filters the hosts of --hostfile or --hosts, and there are none (this "
+                  "machine's GPUs are chosen with --gpu_ids)");
+    }
+  }
+  return {};
+}
+
 }  // namespace dtl::config

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "config/launch_options.h"
 
 namespace dtl::config {
 
@@ -32,5 +33,9 @@ Result<std::vector<Host>> parse_host_list(const std::string& list, const std::st
 Result<std::vector<Host>> filter_hosts(std::vector<Host> hosts, const std::string& include,
                                        const std::string& include_from, const std::string& exclude,
                                        const std::string& exclude_from);
+
+/// A run without hosts to start: the fan-out's settings that would be ignored without a word (a filter,
+/// a host list given empty) are an Error (exit 2) naming where they came from.
+Status refuse_host_settings_without_hosts(const LaunchOptions& o);
 
 }  // namespace dtl::config

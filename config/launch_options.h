@@ -90,7 +90,7 @@ struct AccelerateOptions {
   std::map<std::string, std::string> values;  ///< accelerate's own settings by name, as given
 };
 
-/// Many nodes from one command: the hosts, and how ssh reaches them (launcher/fanout.h).
+/// Many nodes from one command: the hosts, and how ssh reaches them (fanout/fanout.h).
 struct FanoutOptions {
   std::string hostfile;               ///< DeepSpeed's hostfile (config/hostfile.h)
   std::string hosts;                  ///< `h1:4,h2:4`
@@ -188,6 +188,11 @@ struct LaunchOptions {
   /// How an error names setting `s` whose value is `value`: "--name=value" when it came from the
   /// command line or the default, else "name=value (from <where>)".
   std::string named(Setting s, const std::string& value) const { return source(s).describe(setting_name(s), value); }
+  /// Whether setting `s` was typed here: a flag or a variable of this process, not a file or a default.
+  bool typed(Setting s) const {
+    const auto k = source(s).kind;
+    return k == Source::Kind::flag || k == Source::Kind::env;
+  }
 };
 
 /// The variables a launch in dtlaunch's own terms adds to the workers' inherited environment (the plan

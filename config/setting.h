@@ -13,7 +13,7 @@ enum class Setting {
   start_method, role, no_python, module, run_path, log_dir, redirects, tee, local_ranks_filter,
   log_line_prefix_template, duplicate_stdout_filters, duplicate_stderr_filters, logs_specs, event_log_handler,
   shutdown_timeout, hang_timeout, on_hang, signals_to_handle, job_cgroup, numa_binding, virtual_local_rank, use_env, no_local_rank, gpu_ids, gpu_visibility, fake_gpus, mixed_precision, use_cpu, debug,
-  // many nodes from one command (launcher/fanout.h)
+  // many nodes from one command (fanout/fanout.h)
   launcher, hostfile, hosts, include, exclude, ssh_port, ssh_command, export_, remote_dtlaunch, node_name,
   // accelerate launch's own settings (config/accelerate.h turns them into the workers' variables)
   same_network, multi_gpu, use_fsdp, use_deepspeed, num_cpu_threads_per_process, enable_cpu_affinity,

@@ -10,6 +10,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "base/posix.h"
 #include "base/text.h"
 
 namespace dtl::launcher {
@@ -60,11 +61,6 @@ std::string format_time(long long epoch_s) {
 
 }  // namespace
 
-std::string signal_name(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "SIG" + std::to_string(sig);
-}
-
 Failure describe_failure(int local_rank, int rank, pid_t pid, int wait_status,
                          std::chrono::system_clock::time_point observed, const std::string& error_file_path) {
   using std::chrono::duration_cast;
@@ -79,7 +75,7 @@ Failure describe_failure(int local_rank, int rank, pid_t pid, int wait_status,
   if (read_error_file(error_file_path, f.message, f.timestamp_s)) {
     f.error_file = error_file_path;
   } else if (f.exitcode < 0) {
-    f.message = "Signal " + std::to_string(-f.exitcode) + " (" + signal_name(-f.exitcode) + ") received by PID " +
+    f.message = "Signal " + std::to_string(-f.exitcode) + " (" + posix::signal_name(-f.exitcode) + ") received by PID " +
                 std::to_string(pid);
   } else {
     f.message = kTracebackHint;

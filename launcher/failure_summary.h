@@ -16,9 +16,6 @@ namespace dtl::launcher {
 Failure describe_failure(int local_rank, int rank, pid_t pid, int wait_status,
                          std::chrono::system_clock::time_point observed, const std::string& error_file_path);
 
-/// "SIGSEGV" for 11; "SIG<n>" for numbers without a name.
-std::string signal_name(int sig);
-
 /// torchrun's summary text, byte for byte in its layout (no trailing newline). `failures` non-empty;
 /// `host` names the node of failures that carry none. The root cause is base/failure.h's.
 std::string format_summary(const std::string& program, const std::vector<Failure>& failures,

@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/posix.h"
 #include "launcher/failure_summary.h"
 
 namespace dtl::launcher {
@@ -41,10 +42,10 @@ void GroupSignals::wait() {
     if (sig == SIGCHLD) {
       group_.reap();
     } else if (among(passed_on_)) {
-      spdlog::info("passing {} on to the workers", signal_name(sig));
+      spdlog::info("passing {} on to the workers", posix::signal_name(sig));
       group_.pass_on(sig);
     } else if (among(as_sigterm_)) {
-      spdlog::warn("received {}: stopping the workers as for SIGTERM", signal_name(sig));
+      spdlog::warn("received {}: stopping the workers as for SIGTERM", posix::signal_name(sig));
       on_signal_(SIGTERM);
     } else {
       on_signal_(sig);

@@ -9,11 +9,11 @@
 
 #include "base/posix.h"
 #include "config/accelerate.h"
+#include "config/hostfile.h"
 #include "base/text.h"
 #include "launcher/failure_summary.h"
-#include "launcher/fanout.h"
 #include "launcher/line_prefixer.h"
-#include "launcher/rdzv_options.h"
+#include "launcher/rdzv_endpoint.h"
 #include "launcher/spawn.h"
 
 namespace dtl::launcher {
@@ -34,7 +34,7 @@ EnvLookup with_variables(const EnvPairs& variables, const EnvLookup& inherited) 
 }
 
 /// The sysfs PCI address of selection entry `entry` (an index or a GPU- UUID prefix), where known.
-std::optional<std::string> pci_of(const std::string& entry, const std::vector<Gpu>& all) {
+std::optional<std::string> pci_of(const std::string& entry, const std::vector<node::Gpu>& all) {
   for (const auto& g : all) {
     const bool same = entry.rfind("GPU-", 0) == 0 ? g.uuid.rfind(entry, 0) == 0 : entry == std::to_string(g.index);
     if (same && !g.pci.empty()) return g.pci;
@@ -47,7 +47,7 @@ Status plan_numa(const config::LaunchOptions& o, const HostFacts& host, const st
                  bool use_gpus, LaunchPlan& plan) {
   const std::string called = o.named(Setting::numa_binding, o.numa_binding);
   if (!use_gpus) return fail(called + ": binds each worker near its GPU, but the workers have none");
-  NumaQuery query{o.numa_binding, {}, 0, host.own_cpus()};
+  node::NumaQuery query{o.numa_binding, {}, 0, host.own_cpus()};
   for (const auto& entry : gpus) {
     auto pci = pci_of(entry, host.gpus.gpus);
     if (!pci) {
@@ -63,13 +63,13 @@ Status plan_numa(const config::LaunchOptions& o, const HostFacts& host, const st
   std::vector<std::string> shown;
   for (int lr = 0; lr < plan.nproc; ++lr) {
     query.device = lr % static_cast<int>(gpus.size());
-    auto cpus = numa_cpus(query, host.read_sysfs);
+    auto cpus = node::numa_cpus(query, host.read_sysfs);
     if (!cpus) {
       return fail(called + ": local rank " + std::to_string(lr) + " (GPU " + query.device_pci[query.device] +
                   "): " + cpus.error().message);
     }
     plan.cpus.push_back(std::move(*cpus));
-    shown.push_back(std::to_string(lr) + ": " + format_cpu_list(plan.cpus.back()));
+    shown.push_back(std::to_string(lr) + ": " + node::format_cpu_list(plan.cpus.back()));
   }
   plan.notices.push_back("numa_binding=" + o.numa_binding + ": CPUs by local rank: " + text::join(shown, ", "));
   return {};
@@ -199,7 +199,7 @@ std::optional<std::string> installed_torch_version(const std::string& python) {
 }
 
 Result<LaunchPlan> make_plan(const config::LaunchOptions& o, const HostFacts& host) {
-  if (auto allowed = refuse_fanout_settings_without_hosts(o); !allowed) return tl::unexpected(allowed.error());
+  if (auto allowed = config::refuse_host_settings_without_hosts(o); !allowed) return tl::unexpected(allowed.error());
   LaunchPlan plan;
   plan.group.variables = config::worker_variables(o);
   const EnvLookup env = with_variables(plan.group.variables, host.env);
@@ -212,7 +212,7 @@ Result<LaunchPlan> make_plan(const config::LaunchOptions& o, const HostFacts& ho
   using Gpus = std::vector<std::string>;
   auto selection = deepspeed_without_gpus
                        ? Result<Gpus>(Gpus{})
-                       : select_gpus(host.gpus.gpus, o.accelerate.physical_gpu_ids ? std::nullopt : env("CUDA_VISIBLE_DEVICES"),
+                       : node::select_gpus(host.gpus.gpus, o.accelerate.physical_gpu_ids ? std::nullopt : env("CUDA_VISIBLE_DEVICES"),
                                      o.gpu_ids, o.source(Setting::gpu_ids).where);
   if (!selection) return tl::unexpected(selection.error());
   const Gpus& gpus = *selection;
@@ -328,7 +328,7 @@ Result<LaunchPlan> make_plan(const config::LaunchOptions& o, const HostFacts& ho
   plan.group.virtual_local_rank = o.virtual_local_rank;
   plan.group.deepspeed_variables = o.deepspeed_variables;
   std::vector<std::string> signals;
-  for (int sig : o.signals_to_handle) signals.push_back(signal_name(sig));
+  for (int sig : o.signals_to_handle) signals.push_back(posix::signal_name(sig));
   plan.group.signals_to_handle = text::join(signals);
   plan.redirects = o.redirects;
   plan.tee = o.tee;

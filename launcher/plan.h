@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/posix.h"
 #include "config/launch_options.h"
 #include "base/env.h"
-#include "config/launch_options.h"
-#include "launcher/gpus.h"
-#include "launcher/numa.h"
+#include "node/gpus.h"
+#include "node/numa.h"
 #include "launcher/spawn.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/ports.h"
@@ -24,20 +24,20 @@ namespace dtl::launcher {
 std::optional<std::string> installed_torch_version(const std::string& python);
 
 struct HostFacts {
-  GpuInventory gpus;
+  node::GpuInventory gpus;
   int cpu_count = 1;
   EnvLookup env;
   std::function<Result<int>(const std::string& addr, int port)> reserve_port;
   int physical_cores = 0;  ///< 0: counted from /sys when an accelerate CPU run needs it
   /// The file system as the plan sees it: a PATH lookup as execvp does it, and whether a path exists.
   std::function<std::optional<std::string>(const std::string& name, const std::string& path_env)> find_program =
-      find_executable;
-  std::function<bool(const std::string& path)> exists = path_exists;
+      posix::find_executable;
+  std::function<bool(const std::string& path)> exists = posix::path_exists;
   /// The torch version that the interpreter at `python` imports ("2.15.0+cu132"), or nullopt.
   std::function<std::optional<std::string>(const std::string& python)> torch_version = installed_torch_version;
   /// The NUMA topology for --numa_binding, and the CPUs dtlaunch itself may run on.
-  SysfsRead read_sysfs = sysfs_under("");
-  std::function<CpuSet()> own_cpus = current_cpus;
+  node::SysfsRead read_sysfs = node::sysfs_under("");
+  std::function<node::CpuSet()> own_cpus = node::current_cpus;
 };
 
 /// Distinct (package, core) pairs under /sys/devices/system/cpu, as psutil's cpu_count(logical=False);
@@ -51,7 +51,7 @@ struct LaunchPlan {
   int nproc = 1;
   GroupEnv group;                   ///< restart_count is filled in per attempt
   std::vector<std::optional<std::string>> cuda_visible_devices;  ///< per local rank
-  std::vector<CpuSet> cpus;  ///< per local rank, from --numa_binding; empty: no binding
+  std::vector<node::CpuSet> cpus;  ///< per local rank, from --numa_binding; empty: no binding
   std::string prefix_template;
   /// Tee'd lines holding any of these also go to attempt_N/filtered_std{out,err}.log.
   std::vector<std::string> stdout_filters, stderr_filters;
@@ -61,9 +61,9 @@ struct LaunchPlan {
   std::string log_dir;
   std::string log_dir_called = "--log_dir";  ///< what messages call log_dir: the flag, or where it came from
   double shutdown_timeout_s = 30;
-  double hang_timeout_s = 0;  ///< 0: no watch (launcher/hang_watch.h)
+  double hang_timeout_s = 0;  ///< 0: no watch (watch/hang_state.h)
   bool on_hang_fail = false;
-  bool python_workers = true;  ///< how a hung rank's stack is read (launcher/hang_watcher.h)
+  bool python_workers = true;  ///< how a hung rank's stack is read (watch/hang_watch.h)
   std::vector<int> signals;
   bool job_cgroup = true;  ///< try to put the workers in a cgroup v2 of their own
   std::vector<std::string> notices;  ///< one-line notes for the user before the start

@@ -22,10 +22,6 @@
 namespace dtl::launcher {
 namespace {
 
-bool is_executable_file(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
-}
 
 /// The kernel's struct clone_args up to `cgroup` (CLONE_ARGS_SIZE_VER2).
 struct CloneArgs {
@@ -144,24 +140,5 @@ pid_t spawn_worker(const SpawnSpec& spec) {
 void signal_worker(pid_t worker, int sig) {
   if (::kill(-worker, sig) != 0 && errno == ESRCH) ::kill(worker, sig);
 }
-
-std::optional<std::string> find_executable(const std::string& name, const std::string& path_env) {
-  if (name.empty()) return std::nullopt;
-  if (name.find('/') != std::string::npos) {
-    return is_executable_file(name) ? std::optional<std::string>(name) : std::nullopt;
-  }
-  std::string::size_type start = 0;
-  while (start <= path_env.size()) {
-    auto end = path_env.find(':', start);
-    if (end == std::string::npos) end = path_env.size();
-    std::string dir = path_env.substr(start, end - start);
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (is_executable_file(candidate)) return candidate;
-    start = end + 1;
-  }
-  return std::nullopt;
-}
-
-bool path_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
 }  // namespace dtl::launcher

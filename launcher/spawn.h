@@ -34,11 +34,4 @@ pid_t spawn_worker(const SpawnSpec& spec);
 /// yet (the signal then waits, blocked, until the child's handlers are reset before exec).
 void signal_worker(pid_t worker, int sig);
 
-/// PATH lookup as execvp does it, for an executable regular file. A name with a '/' is checked as
-/// given. Returns the path to exec.
-std::optional<std::string> find_executable(const std::string& name, const std::string& path_env);
-
-/// Whether anything is at `path` (access F_OK).
-bool path_exists(const std::string& path);
-
 }  // namespace dtl::launcher

@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "base/posix.h"
 #include "launcher/group_signals.h"
-#include "launcher/supervisor_policy.h"
+#include "launcher/supervisor_state.h"
 #include "launcher/worker_group.h"
 #include "store/server.h"
 
@@ -15,10 +15,10 @@ namespace dtl::launcher {
 namespace asio = boost::asio;
 namespace {
 
-/// The event loop's side of SupervisorPolicy: signals in, its warnings to the log and its ending to the console.
+/// The event loop's side of SupervisorState: signals in, its warnings to the log and its ending to the console.
 class Supervisor final : public Runner {
  public:
-  Supervisor(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
+  Supervisor(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, node::OrphanGuard& guard,
              std::string host)
       : io_(io),
         console_(console),
@@ -75,7 +75,7 @@ class Supervisor final : public Runner {
   const LaunchPlan& plan_;
   std::optional<store::Server> store_;
   WorkerGroup group_;
-  SupervisorPolicy policy_;
+  SupervisorState policy_;
   GroupSignals signals_;
   int exit_code_ = 0;
 };
@@ -83,7 +83,7 @@ class Supervisor final : public Runner {
 }  // namespace
 
 std::unique_ptr<Runner> make_supervisor(asio::io_context& io, Console& console, const LaunchPlan& plan,
-                                        RunLogDir& logs, OrphanGuard& guard, std::string host) {
+                                        RunLogDir& logs, node::OrphanGuard& guard, std::string host) {
   return std::make_unique<Supervisor>(io, console, plan, logs, guard, std::move(host));
 }
 

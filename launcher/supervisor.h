@@ -1,5 +1,5 @@
 // Runs a LaunchPlan on one node: the worker group in one Boost.Asio loop that hears SIGCHLD and the
-// signals to forward, under SupervisorPolicy (restarts, stop, exit code).
+// signals to forward, under SupervisorState (restarts, stop, exit code).
 #pragma once
 
 #include <memory>
@@ -9,7 +9,7 @@
 
 #include "launcher/console.h"
 #include "launcher/log_layout.h"
-#include "launcher/orphan_guard.h"
+#include "node/orphan_guard.h"
 #include "launcher/plan.h"
 #include "launcher/runner.h"
 
@@ -17,6 +17,6 @@ namespace dtl::launcher {
 
 /// `host` names this node in the failure summary.
 std::unique_ptr<Runner> make_supervisor(boost::asio::io_context& io, Console& console, const LaunchPlan& plan,
-                                        RunLogDir& logs, OrphanGuard& guard, std::string host);
+                                        RunLogDir& logs, node::OrphanGuard& guard, std::string host);
 
 }  // namespace dtl::launcher

@@ -12,8 +12,6 @@
 
 namespace dtl::launcher {
 
-using EnvPairs = std::vector<std::pair<std::string, std::string>>;
-
 /// What all workers of one attempt share.
 struct GroupEnv {
   std::string role = "default";

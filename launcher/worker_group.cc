@@ -22,10 +22,10 @@
 #include "config/flags.h"
 #include "launcher/console.h"
 #include "launcher/failure_summary.h"
-#include "launcher/file_timers.h"
-#include "launcher/hang_watcher.h"
+#include "watch/file_timers.h"
+#include "watch/hang_watch.h"
 #include "launcher/line_prefixer.h"
-#include "launcher/proc_stat.h"
+#include "node/proc_stat.h"
 #include "base/posix.h"
 #include "launcher/spawn.h"
 #include "launcher/worker_env.h"
@@ -96,7 +96,7 @@ struct WorkerGroup::Impl {
     pid_t pid = -1;
     bool running = false;
     bool signalled = false;  ///< dtlaunch asked it to stop: its exit is not a failure
-    HangClock::time_point last_output;  ///< or its start: what the hang watch counts silence from
+    watch::HangClock::time_point last_output;  ///< or its start: what the hang watch counts silence from
     std::string error_file;
     std::string stacks_file;  ///< DTLAUNCH_STACKS_FILE, where ptrace is not allowed
     Stream out, err;
@@ -104,11 +104,14 @@ struct WorkerGroup::Impl {
 
   enum class Phase { idle, running, stopping, finishing };
 
-  Impl(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, OrphanGuard& guard,
+  Impl(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs, node::OrphanGuard& guard,
        Callbacks callbacks)
       : io(io), console(console), plan(plan), logs(logs), guard(guard), callbacks(std::move(callbacks)),
         stop_timer(io), drain_timer(io), reap_timer(io),
-        watcher(io, console, plan, logs, [this] { return probes(); }, [this](const Failure& f) { fail_hung(f); }) {}
+        watcher(
+            io, {plan.hang_timeout_s, plan.on_hang_fail, plan.python_workers, plan.exec_path, logs.path()},
+            [this](const std::string& text) { this->console.write(2, text); }, [this] { return probes(); },
+            [this](const watch::HangWatch::Probe& p, const std::string& why) { fail_hung(p, why); }) {}
   ~Impl() {
     console.forget(io);
     close_filtered();
@@ -118,13 +121,13 @@ struct WorkerGroup::Impl {
   Console& console;
   const LaunchPlan& plan;
   RunLogDir& logs;
-  OrphanGuard& guard;
+  node::OrphanGuard& guard;
   Callbacks callbacks;
   asio::steady_timer stop_timer;
   asio::steady_timer drain_timer;
   asio::steady_timer reap_timer;  ///< kReapLimit after a SIGKILL
-  HangWatcher watcher;
-  std::unique_ptr<FileTimerServer> timers;  ///< with TORCHELASTIC_ENABLE_FILE_TIMER=1
+  watch::HangWatch watcher;
+  std::unique_ptr<watch::FileTimerServer> timers;  ///< with TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::map<pid_t, std::string> expired_timers;  ///< a worker signalled for its timers: what to report
 
   std::vector<std::unique_ptr<Worker>> workers;
@@ -178,14 +181,14 @@ struct WorkerGroup::Impl {
     maybe_finish();
   }
 
-  /// torchrun's FileTimerServer (launcher/file_timers.h), from the first attempt on.
+  /// torchrun's FileTimerServer (watch/file_timers.h), from the first attempt on.
   void serve_timers(GroupEnv& group) {
     const char* enabled = std::getenv("TORCHELASTIC_ENABLE_FILE_TIMER");
     if (!enabled || std::string(enabled) != "1") return;
     const char* given = std::getenv("TORCHELASTIC_TIMER_FILE");
     if (!timers) {
       const std::string path = given ? given : (logs.path() / "watchdog_timer").string();
-      timers = std::make_unique<FileTimerServer>(
+      timers = std::make_unique<watch::FileTimerServer>(
           io, path, [this](pid_t pid, int sig, const std::vector<std::string>& scopes) { return fire(pid, sig, scopes); });
       spdlog::info("serving the workers' expiration timers at {}", path);
     }
@@ -194,22 +197,22 @@ struct WorkerGroup::Impl {
 
   /// An expired timer of `pid`: signalled when it is a running worker, or a process in one's session.
   bool fire(pid_t pid, int sig, const std::vector<std::string>& scopes) {
-    const auto stat = read_proc_stat(pid);
+    const auto stat = node::read_proc_stat(pid);
     for (auto& w : workers) {
       if (!w->running || (w->pid != pid && !(stat && stat->session == w->pid))) continue;
       std::string names;
       for (const auto& s : scopes) names += (names.empty() ? "" : ", ") + s;
       spdlog::warn("expiration timer {} of rank {} (pid {}) expired: sending {}", names, w->rank, pid,
-                   signal_name(sig));
-      if (pid == w->pid) expired_timers[pid] = "expired timer " + names + " (FileTimerClient): " + signal_name(sig) + " sent";
+                   posix::signal_name(sig));
+      if (pid == w->pid) expired_timers[pid] = "expired timer " + names + " (FileTimerClient): " + posix::signal_name(sig) + " sent";
       ::kill(pid, sig);
       return true;
     }
     return false;
   }
 
-  std::vector<HangWatcher::Probe> probes() const {
-    std::vector<HangWatcher::Probe> out;
+  std::vector<watch::HangWatch::Probe> probes() const {
+    std::vector<watch::HangWatch::Probe> out;
     for (const auto& w : workers) {
       if (w->running) out.push_back({w->rank, w->local_rank, w->pid, w->last_output, w->error_file, w->stacks_file});
     }
@@ -218,8 +221,10 @@ struct WorkerGroup::Impl {
 
   /// The hang watch's verdict with --on_hang=fail: the suspect's failure stops the group, as a
   /// worker's own failure does.
-  void fail_hung(const Failure& f) {
+  void fail_hung(const watch::HangWatch::Probe& p, const std::string& why) {
     if (phase != Phase::running) return;
+    Failure f = describe_failure(p.local_rank, p.rank, p.pid, 1 << 8, std::chrono::system_clock::now(), p.error_file);
+    if (f.error_file == "<N/A>") f.message = why;
     failures.push_back(f);
     spdlog::warn("the workers hung: stopping them as a failure of rank {} (--on_hang=fail)", f.rank);
     run_stop(stop_sequence(SIGTERM, plan.shutdown_timeout_s));
@@ -251,13 +256,13 @@ struct WorkerGroup::Impl {
                    merge_environ(environ, with_stacks_fallback(worker_env(group, slot, process_env()), *w), withheld),
                    child_fds[0], child_fds[1], child_fds[2]};
     if (!plan.cpus.empty()) spec.cpus = plan.cpus[lr];
-    if (const JobCgroup* cgroup = guard.cgroup()) {
+    if (const node::JobCgroup* cgroup = guard.cgroup()) {
       spec.cgroup_fd = cgroup->dir_fd();
       spec.cgroup_procs_fd = cgroup->procs_fd();
     }
     w->pid = spawn_worker(spec);
     w->running = true;
-    w->last_output = HangClock::now();
+    w->last_output = watch::HangClock::now();
     guard.watch(w->pid);
     for (Stream* s : {&w->out, &w->err}) {
       if (s->open) read_more(*s);
@@ -346,7 +351,7 @@ struct WorkerGroup::Impl {
   }
 
   void deliver(Stream& s, size_t n) {
-    s.worker.last_output = HangClock::now();
+    s.worker.last_output = watch::HangClock::now();
     if (s.file_fd >= 0) posix::write_all(s.file_fd, std::string_view(s.buf.data(), n));
     if (s.prefixer) {
       scratch.clear();
@@ -425,7 +430,7 @@ struct WorkerGroup::Impl {
       const auto& f = failures.front();
       spdlog::warn("worker rank {} (local_rank {}, pid {}) failed with {}; stopping the other workers", f.rank,
                    f.local_rank, f.pid,
-                   f.exitcode < 0 ? signal_name(-f.exitcode) : "exit code " + std::to_string(f.exitcode));
+                   f.exitcode < 0 ? posix::signal_name(-f.exitcode) : "exit code " + std::to_string(f.exitcode));
       run_stop(stop_sequence(SIGTERM, plan.shutdown_timeout_s));
       if (callbacks.on_failure) callbacks.on_failure(failures);
     }
@@ -454,7 +459,7 @@ struct WorkerGroup::Impl {
     stop_timer.async_wait([this, steps, step, generation = stop_generation](const boost::system::error_code& ec) {
       if (ec || phase != Phase::stopping || generation != stop_generation) return;
       spdlog::warn("workers still running {}s after the stop signal: sending {}",
-                   std::chrono::duration<double>(steps[step].wait).count(), signal_name(steps[step + 1].signal));
+                   std::chrono::duration<double>(steps[step].wait).count(), posix::signal_name(steps[step + 1].signal));
       run_stop(steps, step + 1);
     });
   }
@@ -541,7 +546,7 @@ struct WorkerGroup::Impl {
 
   void give_up_on(pid_t pid, const std::string& who) {
     unreaped.insert(pid);
-    const auto stat = read_proc_stat(pid);
+    const auto stat = node::read_proc_stat(pid);
     std::string wchan = posix::read_small_file("/proc/" + std::to_string(pid) + "/wchan", 128);
     const std::string where = wchan.empty() || wchan == "0" ? "" : " in the kernel's " + wchan;
     const std::string state = !stat                ? "it is gone from /proc but not reaped"
@@ -554,7 +559,7 @@ struct WorkerGroup::Impl {
 };
 
 WorkerGroup::WorkerGroup(asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
-                         OrphanGuard& guard, Callbacks callbacks)
+                         node::OrphanGuard& guard, Callbacks callbacks)
     : impl_(std::make_unique<Impl>(io, console, plan, logs, guard, std::move(callbacks))) {}
 WorkerGroup::~WorkerGroup() = default;
 void WorkerGroup::start(const GroupEnv& group) { impl_->start(group); }
@@ -563,13 +568,13 @@ void WorkerGroup::kill() { impl_->run_stop({{SIGKILL, std::chrono::milliseconds(
 void WorkerGroup::reap() { impl_->reap(); }
 void WorkerGroup::pass_on(int sig) { impl_->signal_workers(sig); }
 bool WorkerGroup::active() const { return impl_->phase != Impl::Phase::idle; }
-HangWatcher& WorkerGroup::hangs() { return impl_->watcher; }
+watch::HangWatch& WorkerGroup::hangs() { return impl_->watcher; }
 
 void WorkerGroup::watch_store(store::Server& store) {
   store.watch("exception_dump", [this](const std::string& value) {
     // After the store has answered the request that set it: the report reads stacks and may stop
     // the group, neither of which belongs inside the store's handler.
-    asio::post(impl_->io, [this, cause = nccl_timeout_cause(value)] { impl_->watcher.signal(cause); });
+    asio::post(impl_->io, [this, cause = watch::nccl_timeout_cause(value)] { impl_->watcher.signal(cause); });
   });
 }
 

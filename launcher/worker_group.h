@@ -10,22 +10,23 @@
 #include "launcher/console.h"
 #include "launcher/group.h"
 #include "launcher/log_layout.h"
-#include "launcher/orphan_guard.h"
+#include "node/orphan_guard.h"
 #include "launcher/plan.h"
 
 namespace dtl::store {
 class Server;
 }
+namespace dtl::watch {
+class HangWatch;
+}
 
 namespace dtl::launcher {
-
-class HangWatcher;
 
 class WorkerGroup final : public Group {
  public:
   /// Worker output goes to `console` (and to files as the plan says).
   WorkerGroup(boost::asio::io_context& io, Console& console, const LaunchPlan& plan, RunLogDir& logs,
-              OrphanGuard& guard, Callbacks callbacks);
+              node::OrphanGuard& guard, Callbacks callbacks);
   ~WorkerGroup() override;
 
   /// Starts plan.nproc workers.
@@ -39,10 +40,10 @@ class WorkerGroup final : public Group {
   /// Collects exited children; call on every SIGCHLD.
   void reap();
   /// Takes torch's word in `store` that a collective timed out (NCCL's watchdog sets exception_dump)
-  /// as a hang (HangWatcher::signal). The store must outlive the group.
+  /// as a hang (HangWatch::signal). The store must outlive the group.
   void watch_store(store::Server& store);
   /// The hang watch over these workers (a node of a job of several wires it to the rendezvous).
-  HangWatcher& hangs();
+  watch::HangWatch& hangs();
   /// Whether any worker output went to per-rank files (the log directory is worth keeping).
   bool wrote_log_files() const;
 

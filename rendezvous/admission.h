@@ -15,7 +15,7 @@
 
 #include <boost/asio/ip/address.hpp>
 
-#include "rendezvous/round.h"
+#include "rendezvous/round_state.h"
 
 namespace dtl::rendezvous {
 

@@ -12,7 +12,7 @@
 #include <boost/asio/write.hpp>
 
 #include "rendezvous/auth.h"
-#include "rendezvous/round.h"
+#include "rendezvous/round_state.h"
 
 namespace dtl::rendezvous {
 namespace asio = boost::asio;

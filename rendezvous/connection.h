@@ -15,7 +15,7 @@
 
 #include "rendezvous/handshake.h"
 #include "rendezvous/protocol.h"
-#include "rendezvous/round.h"
+#include "rendezvous/round_state.h"
 
 namespace dtl::rendezvous {
 

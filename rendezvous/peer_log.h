@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/round.h"
+#include "rendezvous/round_state.h"
 
 namespace dtl::rendezvous {
 

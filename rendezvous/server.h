@@ -17,7 +17,7 @@
 
 #include "rendezvous/admission.h"
 #include "rendezvous/handshake.h"
-#include "rendezvous/round.h"
+#include "rendezvous/round_state.h"
 
 namespace dtl::rendezvous {
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets everything up (the oracle venv too: scripts/parity/make_venv.sh), checks the style of the files
-# .clang-format-covered lists, builds, and runs every test: 20 s each of fuzzing the rendezvous frame decoder,
+# .clang-format-covered lists and the layering of the includes, builds, and runs every test: 20 s each of fuzzing the rendezvous frame decoder,
 # the c10d store's request decoder and the config loader (clang, libFuzzer), then every unit and end-to-end test through ctest, then, where the CUDA
 # toolkit is installed, a compile-and-link check of dtl-train's NCCL build against the pip torch
 # wheel's libtorch (scripts/build-cuda.sh with CHECK_ONLY=1: no GPU needed; ~1.5 min download of
@@ -15,6 +15,7 @@ scripts/setup.sh
 scripts/parity/make_venv.sh ||
   echo "test.sh: no oracle venv: the tests against torchrun 2.x, accelerate, deepspeed and transformers show as skipped"
 scripts/check-format.sh
+python3 scripts/check_layers.py   # every #include points down a layer (docs/architecture.md)
 python3 scripts/check_links.py   # every relative link and #anchor of the Markdown documentation resolves
 scripts/fuzz.sh 20 frame_decoder_fuzz
 scripts/fuzz.sh 20 store_decoder_fuzz

@@ -15,7 +15,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "store/protocol.h"
-#include "store/state.h"
+#include "store/store_state.h"
 
 namespace dtl::store {
 

@@ -19,14 +19,14 @@
 #include "commands/commands.h"
 #include "config/command_line.h"
 #include "launcher/console.h"
-#include "launcher/elastic_agent.h"
-#include "launcher/fanout.h"
-#include "launcher/gpus.h"
+#include "agent/elastic_agent.h"
+#include "fanout/fanout.h"
+#include "node/gpus.h"
 #include "launcher/log_layout.h"
-#include "launcher/orphan_guard.h"
+#include "node/orphan_guard.h"
 #include "launcher/plan.h"
-#include "launcher/rdzv_options.h"
-#include "launcher/slurm_launch.h"
+#include "agent/rdzv_options.h"
+#include "fanout/slurm_launch.h"
 #include "launcher/supervisor.h"
 #include "rendezvous/ports.h"
 
@@ -46,18 +46,18 @@ void setup_logging(std::shared_ptr<spdlog::sinks::sink> sink = nullptr) {
 /// What a launch runs, once every check that can refuse it has passed.
 struct Prepared {
   launcher::LaunchPlan plan;
-  std::optional<launcher::AgentOptions> agent;  ///< set: a node of a multi-node job
+  std::optional<agent::AgentOptions> agent;  ///< set: a node of a multi-node job
 };
 
 /// Looks at the machine and plans; a refusal is an Error, printed by the caller.
 Result<Prepared> prepare(const config::LaunchOptions& options, const EnvLookup& env) {
   launcher::HostFacts host{
-      options.use_cpu ? launcher::GpuInventory{{}, "none"} : launcher::discover_gpus(options.fake_gpus),
+      options.use_cpu ? node::GpuInventory{{}, "none"} : node::discover_gpus(options.fake_gpus),
       posix::cpu_count(), env, [&](const std::string& addr, int port) {
-        return rendezvous::reserve_check(addr, port, launcher::port_names(options, config::Setting::master_addr, config::Setting::master_port));
+        return rendezvous::reserve_check(addr, port, agent::port_names(options, config::Setting::master_addr, config::Setting::master_port));
       }};
   // For tests only: a fake NUMA topology (a directory holding sys/...) in place of the machine's /sys.
-  if (auto root = env("DTL_TEST_SYSFS_ROOT")) host.read_sysfs = launcher::sysfs_under(*root);
+  if (auto root = env("DTL_TEST_SYSFS_ROOT")) host.read_sysfs = node::sysfs_under(*root);
   auto planned = launcher::make_plan(options, host);
   if (!planned) return tl::unexpected(planned.error());
   Prepared p{std::move(*planned), std::nullopt};
@@ -69,7 +69,7 @@ Result<Prepared> prepare(const config::LaunchOptions& options, const EnvLookup& 
     }
   }
   if (launcher::is_multi_node(options)) {
-    auto made = launcher::make_agent_options(options, p.plan, launcher::this_host());
+    auto made = agent::make_agent_options(options, p.plan, agent::this_host());
     if (!made) return tl::unexpected(made.error());
     for (const auto& w : made->warnings) spdlog::warn("{}", w);
     p.agent = made->options;
@@ -77,7 +77,7 @@ Result<Prepared> prepare(const config::LaunchOptions& options, const EnvLookup& 
   return p;
 }
 
-/// A fan-out's node: a signal the launcher passes on (launcher/fanout_wire.h) is raised here, where
+/// A fan-out's node: a signal the launcher passes on (fanout/fanout_wire.h) is raised here, where
 /// the runner's handlers pass it to the workers; the end of `control` (the ssh channel's stdin) is a
 /// SIGTERM, whatever closed it.
 void stop_when_closed(boost::asio::posix::stream_descriptor& control) {
@@ -86,7 +86,7 @@ void stop_when_closed(boost::asio::posix::stream_descriptor& control) {
   control.async_read_some(boost::asio::buffer(buf), [&control](const boost::system::error_code& ec, size_t got) {
     if (ec != boost::asio::error::operation_aborted && ec) ::kill(::getpid(), SIGTERM);
     if (ec) return;
-    for (int sig : launcher::decode_signals(pending, std::string_view(buf, got))) ::kill(::getpid(), sig);
+    for (int sig : fanout::decode_signals(pending, std::string_view(buf, got))) ::kill(::getpid(), sig);
     stop_when_closed(control);
   });
 }
@@ -104,7 +104,7 @@ void hold_stop_signals() {
 
 /// Runs the workers (the supervisor, or this node's agent) and keeps or removes the log folder.
 int run(const Prepared& p, const std::string& node_name, int control_fd, launcher::Console& console,
-        launcher::OrphanGuard& guard) {
+        node::OrphanGuard& guard) {
   const auto report = [&](const Error& e) {
     console.write(2, error_line(e));
     return e.exit_code;
@@ -126,7 +126,7 @@ int run(const Prepared& p, const std::string& node_name, int control_fd, launche
     control.assign(control_fd);
     stop_when_closed(control);
   }
-  auto runner = p.agent ? launcher::make_elastic_agent(io, console, plan, logs, guard, *p.agent)
+  auto runner = p.agent ? agent::make_elastic_agent(io, console, plan, logs, guard, *p.agent)
                         : launcher::make_supervisor(io, console, plan, logs, guard, node_name);
   auto ran = runner->run();  // an Error: refused before anything started (a port taken since the plan)
   const int code = ran ? *ran : report(ran.error());
@@ -140,18 +140,18 @@ int run(const Prepared& p, const std::string& node_name, int control_fd, launche
 
 /// `dtlaunch --hostfile ...`: every host's agent over ssh, from here.
 int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args, const EnvLookup& env) {
-  auto planned = launcher::read_fanout_inputs(o, args, env).and_then(
-      [&](const launcher::FanoutInputs& inputs) { return launcher::plan_fanout(o, inputs); });
-  if (auto ready = planned.and_then(launcher::check_fanout_limits); !ready) {
+  auto planned = fanout::read_fanout_inputs(o, args, env).and_then(
+      [&](const fanout::FanoutInputs& inputs) { return fanout::plan_fanout(o, inputs); });
+  if (auto ready = planned.and_then(fanout::check_fanout_limits); !ready) {
     std::cerr << error_line(ready.error());
     return ready.error().exit_code;
   }
-  const launcher::FanoutPlan& plan = *planned;
+  const fanout::FanoutPlan& plan = *planned;
   launcher::Console console;
   setup_logging(console.sink());
   signal(SIGPIPE, SIG_IGN);
   try {
-    return launcher::run_fanout(plan, console);
+    return fanout::run_fanout(plan, console);
   } catch (const std::exception& e) {
     console.write(2, error_line(Error{e.what(), 1}));
     return 1;
@@ -162,9 +162,9 @@ int fan_out(const config::LaunchOptions& o, const std::vector<std::string>& args
 /// job's token among them) from stdin, and keeps stdin to learn when the launching side goes away.
 /// Returns that control fd, or -1 when the input ended first.
 int become_node() {
-  const std::string hello = launcher::node_hello(getpid(), posix::host_addresses()) + "\n";
+  const std::string hello = fanout::node_hello(getpid(), posix::host_addresses()) + "\n";
   if (!posix::write_all(1, hello)) return -1;
-  auto vars = launcher::read_variables(0);
+  auto vars = fanout::read_variables(0);
   if (!vars) return -1;
   for (const auto& [name, value] : *vars) setenv(name.c_str(), value.c_str(), 1);
   const int control = fcntl(0, F_DUPFD_CLOEXEC, 3);
@@ -206,10 +206,10 @@ int main(int argc, char** argv) {
   }
   parsed->options->fanout.agent = control_fd >= 0;
   if (control_fd >= 0) {
-    for (const auto& name : launcher::host_setting_names()) unsetenv(name.c_str());  // read: not the workers'
+    for (const auto& name : fanout::host_setting_names()) unsetenv(name.c_str());  // read: not the workers'
   }
   // --launcher slurm: dtlaunch becomes srun, which starts every node's agent
-  if (auto code = launcher::start_through_launcher(args, *parsed->options, env)) return *code;
+  if (auto code = fanout::start_through_launcher(args, *parsed->options, env)) return *code;
   // A pre-emption warning before the workers exist has no one to tell (launcher/group_signals.h).
   for (int sig : {SIGUSR1, SIGUSR2}) signal(sig, SIG_IGN);
   if (parsed->options->fanout.wanted()) {
@@ -217,9 +217,9 @@ int main(int argc, char** argv) {
     return fan_out(*parsed->options, args, env);
   }
   // The guard is forked while dtlaunch is still one thread: the process it becomes allocates.
-  std::unique_ptr<launcher::OrphanGuard> guard;
+  std::unique_ptr<node::OrphanGuard> guard;
   try {
-    guard = std::make_unique<launcher::OrphanGuard>(parsed->options->job_cgroup);
+    guard = std::make_unique<node::OrphanGuard>(parsed->options->job_cgroup);
   } catch (const std::exception& e) {
     std::cerr << error_line(Error{e.what(), 1});
     return 1;

@@ -1,10 +1,11 @@
 #include <catch2/catch.hpp>
 #include <signal.h>
 
-#include "launcher/agent_state.h"
+#include "agent/agent_state.h"
 
 using namespace dtl::launcher;
-using namespace dtl::launcher::agent;
+using namespace dtl::agent;
+using namespace dtl::agent::action;
 namespace rdzv = dtl::rendezvous;
 using dtl::Failure;
 using Phase = AgentState::Phase;

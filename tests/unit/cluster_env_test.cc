@@ -3,7 +3,7 @@
 
 #include "config/cluster_env.h"
 #include "fake_env.h"
-#include "launcher/slurm_launch.h"
+#include "fanout/slurm_launch.h"
 
 using namespace dtl::config;
 using dtl::test::env_of;
@@ -157,7 +157,7 @@ TEST_CASE("launcher slurm becomes srun with one task per node and the same argum
                                       "x"};
   auto o = ok(args, salloc);
   CHECK(o.launcher == "slurm");
-  auto command = dtl::launcher::srun_command(args, o, env_of(salloc), "/bin/dtlaunch");
+  auto command = dtl::fanout::srun_command(args, o, env_of(salloc), "/bin/dtlaunch");
   REQUIRE(command);
   CHECK(*command ==
         std::vector<std::string>{"srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--nodes=3", "--ntasks=3",
@@ -171,13 +171,13 @@ TEST_CASE("launcher slurm becomes srun with one task per node and the same argum
 
   // accelerate's spelling keeps its first word, which says how the rest reads.
   const std::vector<std::string> acc{"launch", "--launcher=slurm", "--num_processes=4", "t.py"};
-  auto accelerate = dtl::launcher::srun_command(acc, ok(acc, salloc), env_of(salloc), "d");
+  auto accelerate = dtl::fanout::srun_command(acc, ok(acc, salloc), env_of(salloc), "d");
   REQUIRE(accelerate);
   CHECK(std::vector<std::string>(accelerate->begin() + 5, accelerate->end()) ==
         std::vector<std::string>{"d", "launch", "--num_processes=4", "--launcher=", "--", "t.py"});
 
   const std::vector<std::string> two{"--launcher=slurm", "--nnodes=2", "train.py"};
-  auto fewer = dtl::launcher::srun_command(two, ok(two, salloc), env_of(salloc), "d");
+  auto fewer = dtl::fanout::srun_command(two, ok(two, salloc), env_of(salloc), "d");
   REQUIRE(fewer);
   CHECK((*fewer)[3] == "--nodes=2");
   CHECK((*fewer)[4] == "--ntasks=2");
@@ -187,7 +187,7 @@ TEST_CASE("launcher slurm gives each agent the CPUs of the job's smallest node, 
   const std::vector<std::string> args{"--launcher=slurm", "train.py"};
   const auto cpus = [&](Vars env) {
     env["SLURM_JOB_ID"] = "2";
-    auto command = dtl::launcher::srun_command(args, ok(args, env), env_of(env), "d");
+    auto command = dtl::fanout::srun_command(args, ok(args, env), env_of(env), "d");
     REQUIRE(command);
     for (const auto& a : *command) {
       if (a.rfind("--cpus-per-task=", 0) == 0) return a;
@@ -203,7 +203,7 @@ TEST_CASE("launcher slurm gives each agent the CPUs of the job's smallest node, 
 
 TEST_CASE("launcher slurm is refused outside an allocation, inside a step and with --node_rank") {
   const auto error = [](std::vector<std::string> args, const Vars& env) {
-    auto command = dtl::launcher::srun_command(args, ok(args, env), env_of(env), "d");
+    auto command = dtl::fanout::srun_command(args, ok(args, env), env_of(env), "d");
     REQUIRE_FALSE(command);
     CHECK(command.error().exit_code == 2);
     return command.error().message;
@@ -219,10 +219,10 @@ TEST_CASE("launcher slurm is refused outside an allocation, inside a step and wi
 
 TEST_CASE("launcher ssh is the --hostfile/--hosts fan-out, and slurm refuses hosts of its own") {
   const auto start = [](std::vector<std::string> args) {
-    return dtl::launcher::start_through_launcher(args, ok(args, {{"SLURM_JOB_ID", "2"}}), env_of({}));
+    return dtl::fanout::start_through_launcher(args, ok(args, {{"SLURM_JOB_ID", "2"}}), env_of({}));
   };
   CHECK(start({"t.py"}) == std::nullopt);
-  CHECK(start({"--launcher=ssh", "--hosts=a:1,b:1", "t.py"}) == std::nullopt);  // launcher/fanout.h goes on
+  CHECK(start({"--launcher=ssh", "--hosts=a:1,b:1", "t.py"}) == std::nullopt);  // fanout/fanout.h goes on
   CHECK(start({"--launcher=ssh", "t.py"}) == 2);
   CHECK(start({"--launcher=slurm", "--hosts=a:1,b:1", "t.py"}) == 2);
 }

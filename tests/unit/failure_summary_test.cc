@@ -96,8 +96,3 @@ TEST_CASE("other failures are listed by rank and the width follows the title whe
   CHECK(s.find("Root Cause (first observed failure):\n[0]:\n") != std::string::npos);
   CHECK(s.find("  exitcode  : -9 (pid: 12)") != std::string::npos);
 }
-
-TEST_CASE("signal names") {
-  CHECK(signal_name(SIGTERM) == "SIGTERM");
-  CHECK(signal_name(SIGKILL) == "SIGKILL");
-}

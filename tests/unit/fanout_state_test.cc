@@ -4,10 +4,10 @@
 
 #include <optional>
 
-#include "launcher/fanout_state.h"
+#include "fanout/fanout_state.h"
 
-using namespace dtl::launcher;
-using namespace dtl::launcher::fanout;
+using namespace dtl::fanout;
+using namespace dtl::fanout::action;
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "config/hostfile.h"
-#include "launcher/fanout.h"
+#include "fanout/fanout.h"
 #include "tests/unit/fake_env.h"
 
 using namespace dtl;
@@ -41,8 +41,8 @@ config::LaunchOptions options(std::vector<std::string> args, std::map<std::strin
   return *r->options;
 }
 
-launcher::FanoutInputs inputs(std::string hostfile = "a slots=2\nb slots=2\n") {
-  launcher::FanoutInputs in;
+fanout::FanoutInputs inputs(std::string hostfile = "a slots=2\nb slots=2\n") {
+  fanout::FanoutInputs in;
   in.args = {"--hostfile", "hf", "train.py"};
   in.environment = {"NCCL_DEBUG=INFO", "PATH=/bin", "DTLAUNCH_RDZV_TOKEN=old", "PET_MAX_RESTARTS=1", "HOME=/root"};
   in.cwd = "/work/it's here";
@@ -52,20 +52,20 @@ launcher::FanoutInputs inputs(std::string hostfile = "a slots=2\nb slots=2\n") {
   return in;
 }
 
-launcher::FanoutPlan plan(const config::LaunchOptions& o, const launcher::FanoutInputs& in) {
-  auto r = launcher::plan_fanout(o, in);
+fanout::FanoutPlan plan(const config::LaunchOptions& o, const fanout::FanoutInputs& in) {
+  auto r = fanout::plan_fanout(o, in);
   if (!r) FAIL(r.error().message);
   return std::move(*r);
 }
 
-std::string plan_error(const config::LaunchOptions& o, const launcher::FanoutInputs& in) {
-  auto r = launcher::plan_fanout(o, in);
+std::string plan_error(const config::LaunchOptions& o, const fanout::FanoutInputs& in) {
+  auto r = fanout::plan_fanout(o, in);
   REQUIRE_FALSE(r);
   CHECK(r.error().exit_code == 2);
   return r.error().message;
 }
 
-std::map<std::string, std::string> vars_of(const launcher::NodeStart& n) {
+std::map<std::string, std::string> vars_of(const fanout::NodeStart& n) {
   std::map<std::string, std::string> m;
   for (const auto& [k, v] : n.variables) m[k] = v;  // later entries win, as setenv in order
   return m;
@@ -237,43 +237,43 @@ TEST_CASE("fan-out plan: what the fan-out decides itself is refused when given")
 }
 
 TEST_CASE("fan-out wire: variables round-trip, a cut stream is refused") {
-  const launcher::Variables vars{{"A", "1"}, {"B", "x=y z\nw"}, {"EMPTY", ""}};
-  const std::string wire = launcher::encode_variables(vars);
+  const fanout::Variables vars{{"A", "1"}, {"B", "x=y z\nw"}, {"EMPTY", ""}};
+  const std::string wire = fanout::encode_variables(vars);
   int p[2];
   REQUIRE(pipe(p) == 0);
   REQUIRE(write(p[1], wire.data(), wire.size()) == static_cast<ssize_t>(wire.size()));
   close(p[1]);
-  CHECK(launcher::read_variables(p[0]) == std::optional(vars));
+  CHECK(fanout::read_variables(p[0]) == std::optional(vars));
   close(p[0]);
   REQUIRE(pipe(p) == 0);
   REQUIRE(write(p[1], wire.data(), wire.size() - 1) == static_cast<ssize_t>(wire.size() - 1));
   close(p[1]);
-  CHECK(launcher::read_variables(p[0]) == std::nullopt);
+  CHECK(fanout::read_variables(p[0]) == std::nullopt);
   close(p[0]);
 }
 
 TEST_CASE("fan-out: the node's hello carries its addresses; without --master_addr the hosts meet at the first's") {
-  const std::string version = launcher::parse_hello(launcher::node_hello(1, {}))->version;
+  const std::string version = fanout::parse_hello(fanout::node_hello(1, {}))->version;
   CHECK_FALSE(version.empty());
-  const auto line = launcher::node_hello(4242, {"10.0.0.5", "fd00::5"});
+  const auto line = fanout::node_hello(4242, {"10.0.0.5", "fd00::5"});
   CHECK(line == "dtlaunch-node " + version + " pid=4242 10.0.0.5 fd00::5");
-  auto h = launcher::parse_hello(line);
+  auto h = fanout::parse_hello(line);
   REQUIRE(h);
   CHECK(h->version == version);
   CHECK(h->pid == 4242);
   CHECK(h->addresses == std::vector<std::string>{"10.0.0.5", "fd00::5"});
-  CHECK(launcher::parse_hello("dtlaunch-node 0.0.1")->addresses.empty());
-  CHECK(launcher::parse_hello("dtlaunch-node 0.0.1 10.0.0.5")->pid == 0);  // an older node's
-  CHECK_FALSE(launcher::parse_hello("Welcome to the login node"));
+  CHECK(fanout::parse_hello("dtlaunch-node 0.0.1")->addresses.empty());
+  CHECK(fanout::parse_hello("dtlaunch-node 0.0.1 10.0.0.5")->pid == 0);  // an older node's
+  CHECK_FALSE(fanout::parse_hello("Welcome to the login node"));
 
   // deepspeed's runner: the first of `ssh first-host hostname -I`. A name only the launching side's
   // ssh config (or DNS) knows may mean nothing to the other hosts.
-  CHECK(launcher::meeting_address("gpu-a", {"10.0.0.5", "10.1.0.5"}) == "10.0.0.5");
-  CHECK(launcher::meeting_address("root@gpu-a", {"10.0.0.5"}) == "10.0.0.5");
-  CHECK(launcher::meeting_address("gpu-a", {}) == "gpu-a");
+  CHECK(fanout::meeting_address("gpu-a", {"10.0.0.5", "10.1.0.5"}) == "10.0.0.5");
+  CHECK(fanout::meeting_address("root@gpu-a", {"10.0.0.5"}) == "10.0.0.5");
+  CHECK(fanout::meeting_address("gpu-a", {}) == "gpu-a");
   // An address written in the hostfile is the user's choice of network.
-  CHECK(launcher::meeting_address("10.9.0.1", {"10.0.0.5"}) == "10.9.0.1");
-  CHECK(launcher::meeting_address("root@fd00::9", {"10.0.0.5"}) == "fd00::9");
+  CHECK(fanout::meeting_address("10.9.0.1", {"10.0.0.5"}) == "10.9.0.1");
+  CHECK(fanout::meeting_address("root@fd00::9", {"10.0.0.5"}) == "fd00::9");
 
   CHECK(plan(options({"--hostfile", "hf"}), inputs()).master_from_first_host);
   CHECK_FALSE(plan(options({"--hostfile", "hf", "--master_addr", "a"}), inputs()).master_from_first_host);
@@ -282,27 +282,27 @@ TEST_CASE("fan-out: the node's hello carries its addresses; without --master_add
 TEST_CASE("fan-out wire: a hello stays under 1 KiB however many addresses the host has, the first kept") {
   std::vector<std::string> many;
   for (int i = 0; i < 3000; ++i) many.push_back("10.77." + std::to_string(i / 250) + "." + std::to_string(i % 250));
-  const auto line = launcher::node_hello(4242, many);
+  const auto line = fanout::node_hello(4242, many);
   CHECK(line.size() <= 1024);
-  auto h = launcher::parse_hello(line);
+  auto h = fanout::parse_hello(line);
   REQUIRE(h);
   REQUIRE(h->addresses.size() > 10);
   CHECK(h->addresses.front() == "10.77.0.0");
-  CHECK(launcher::meeting_address("node-a", h->addresses) == "10.77.0.0");
+  CHECK(fanout::meeting_address("node-a", h->addresses) == "10.77.0.0");
 }
 
 TEST_CASE("fan-out wire: the signals passed on to the nodes, as lines that may come in pieces") {
-  CHECK(launcher::passed_on(SIGUSR1));
-  CHECK(launcher::passed_on(SIGUSR2));
-  CHECK_FALSE(launcher::passed_on(SIGTERM));
-  CHECK(launcher::encode_signal(SIGUSR1) == "signal USR1\n");
+  CHECK(fanout::passed_on(SIGUSR1));
+  CHECK(fanout::passed_on(SIGUSR2));
+  CHECK_FALSE(fanout::passed_on(SIGTERM));
+  CHECK(fanout::encode_signal(SIGUSR1) == "signal USR1\n");
   std::string pending;
-  CHECK(launcher::decode_signals(pending, "sig").empty());
-  CHECK(launcher::decode_signals(pending, "nal USR2\nsignal USR1\nsignal TERM\nsignal KILL") ==
+  CHECK(fanout::decode_signals(pending, "sig").empty());
+  CHECK(fanout::decode_signals(pending, "nal USR2\nsignal USR1\nsignal TERM\nsignal KILL") ==
         std::vector<int>{SIGUSR2, SIGUSR1});
   CHECK(pending == "signal KILL");
-  CHECK(launcher::decode_signals(pending, "\n").empty());  // only USR1 and USR2 are ever raised
-  CHECK(launcher::decode_signals(pending, std::string(100, 'x')).empty());
+  CHECK(fanout::decode_signals(pending, "\n").empty());  // only USR1 and USR2 are ever raised
+  CHECK(fanout::decode_signals(pending, std::string(100, 'x')).empty());
   CHECK(pending.empty());  // no line of the wire is that long
 }
 
@@ -314,14 +314,14 @@ TEST_CASE("fan-out: in deepspeed's runner's place, ~/.deepspeed_env and ./.deeps
     };
   };
   const auto home = env({{"HOME", "/root"}});
-  CHECK(launcher::env_file_paths(options({"--hostfile", "hf"}), home, "/w") == std::vector<std::string>{"/w/.dtlaunch_env"});
-  CHECK(launcher::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), home, "/w") ==
+  CHECK(fanout::env_file_paths(options({"--hostfile", "hf"}), home, "/w") == std::vector<std::string>{"/w/.dtlaunch_env"});
+  CHECK(fanout::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), home, "/w") ==
         std::vector<std::string>{"/root/.deepspeed_env", "/w/.deepspeed_env", "/w/.dtlaunch_env"});
-  CHECK(launcher::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), env({{"HOME", "/root"}, {"DS_ENV_FILE", "my.env"}}), "/w") ==
+  CHECK(fanout::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), env({{"HOME", "/root"}, {"DS_ENV_FILE", "my.env"}}), "/w") ==
         std::vector<std::string>{"/root/my.env", "/w/my.env", "/w/.dtlaunch_env"});
-  CHECK(launcher::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), env({{"HOME", "/root"}, {"DS_ENV_FILE", "/etc/ds.env"}}), "/w") ==
+  CHECK(fanout::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), env({{"HOME", "/root"}, {"DS_ENV_FILE", "/etc/ds.env"}}), "/w") ==
         std::vector<std::string>{"/etc/ds.env", "/w/.dtlaunch_env"});
-  CHECK(launcher::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), home, "/root") ==
+  CHECK(fanout::env_file_paths(options({"deepspeed", "--hostfile", "hf"}), home, "/root") ==
         std::vector<std::string>{"/root/.deepspeed_env", "/root/.dtlaunch_env"});
 
   // The files in order, a later one winning on the host (its agent sets them in turn); values trimmed

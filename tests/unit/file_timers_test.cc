@@ -1,9 +1,9 @@
 #include <signal.h>
 #include <catch2/catch.hpp>
 
-#include "launcher/file_timers.h"
+#include "watch/file_timers.h"
 
-using namespace dtl::launcher;
+using namespace dtl::watch;
 
 TEST_CASE("expiration timers: FileTimerClient's JSON lines, and what is no request") {
   auto r = parse_timer_request(

@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include "launcher/gpus.h"
+#include "node/gpus.h"
 
-using namespace dtl::launcher;
+using namespace dtl::node;
 
 namespace {
 

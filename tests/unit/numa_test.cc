@@ -3,11 +3,12 @@
 #include <map>
 
 #include "config/command_line.h"
-#include "launcher/numa.h"
+#include "node/numa.h"
 #include "launcher/plan.h"
 
 using namespace dtl;
 using namespace dtl::launcher;
+using namespace dtl::node;
 
 namespace {
 

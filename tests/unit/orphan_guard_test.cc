@@ -1,11 +1,11 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
-#include "launcher/job_cgroup.h"
-#include "launcher/orphan_guard.h"
-#include "launcher/proc_stat.h"
+#include "node/job_cgroup.h"
+#include "node/orphan_guard.h"
+#include "node/proc_stat.h"
 
-using namespace dtl::launcher;
+using namespace dtl::node;
 
 TEST_CASE("the job's cgroup goes under this process's own, in the cgroup2 mount") {
   const char* v2 = "24 30 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"

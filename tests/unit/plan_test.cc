@@ -7,6 +7,7 @@
 
 using namespace dtl;
 using namespace dtl::launcher;
+using namespace dtl::node;
 
 namespace {
 

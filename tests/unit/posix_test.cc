@@ -222,3 +222,9 @@ TEST_CASE("host_addresses lists this machine's addresses as hostname -I does: no
   for (std::string w; words >> w;) expected.push_back(w);
   CHECK(mine == expected);
 }
+
+TEST_CASE("signals are named as the kernel names them, numbers without a name as SIG<n>") {
+  CHECK(posix::signal_name(SIGTERM) == "SIGTERM");
+  CHECK(posix::signal_name(SIGKILL) == "SIGKILL");
+  CHECK(posix::signal_name(SIGRTMIN + 6).starts_with("SIG"));
+}

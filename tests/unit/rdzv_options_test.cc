@@ -3,7 +3,8 @@
 #include <map>
 
 #include "config/command_line.h"
-#include "launcher/rdzv_options.h"
+#include "agent/rdzv_options.h"
+#include "launcher/rdzv_endpoint.h"
 
 using namespace dtl;
 using namespace std::chrono_literals;
@@ -30,22 +31,22 @@ config::LaunchOptions parsed(std::vector<std::string> args, Vars vars = {}, cons
 }
 
 /// A machine that answers without looking: every address is local, every port free.
-launcher::AgentHost fake_host() {
+agent::AgentHost fake_host() {
   return {"node-a", [](const std::string&) { return true; },
           [](const std::string&, int, const rendezvous::PortNames&) { return Result<int>(31000); }, 42};
 }
 
-launcher::AgentSetup agent(const config::LaunchOptions& o, const launcher::AgentHost& host = fake_host()) {
+agent::AgentSetup agent_setup(const config::LaunchOptions& o, const agent::AgentHost& host = fake_host()) {
   launcher::LaunchPlan plan;
   plan.nproc = 2;
-  auto made = launcher::make_agent_options(o, plan, host);
+  auto made = agent::make_agent_options(o, plan, host);
   if (!made) FAIL("unexpected error: " << made.error().message);
   return *made;
 }
 
-std::string agent_error(const config::LaunchOptions& o, const launcher::AgentHost& host = fake_host()) {
+std::string agent_error(const config::LaunchOptions& o, const agent::AgentHost& host = fake_host()) {
   launcher::LaunchPlan plan;
-  auto made = launcher::make_agent_options(o, plan, host);
+  auto made = agent::make_agent_options(o, plan, host);
   REQUIRE_FALSE(made);
   return made.error().message;
 }
@@ -55,7 +56,7 @@ std::string agent_error(const config::LaunchOptions& o, const launcher::AgentHos
 TEST_CASE("the token flag wins over PET_RDZV_TOKEN, which wins over DTLAUNCH_RDZV_TOKEN, then the config file") {
   const std::string yaml = "rdzv_token: from-file\n";
   const Vars both{{"PET_RDZV_TOKEN", "from-pet"}, {"DTLAUNCH_RDZV_TOKEN", "from-dtlaunch"}};
-  auto token = [](const config::LaunchOptions& o) { return launcher::resolve_token(o).value(); };
+  auto token = [](const config::LaunchOptions& o) { return agent::resolve_token(o).value(); };
   CHECK(token(parsed({"--rdzv_token=from-flag"}, both, yaml)).value == "from-flag");
   CHECK(token(parsed({}, both, yaml)).value == "from-pet");
   CHECK(token(parsed({}, {{"DTLAUNCH_RDZV_TOKEN", "from-dtlaunch"}}, yaml)).source == "DTLAUNCH_RDZV_TOKEN");
@@ -63,26 +64,26 @@ TEST_CASE("the token flag wins over PET_RDZV_TOKEN, which wins over DTLAUNCH_RDZ
 }
 
 TEST_CASE("only a token typed on the command line is warned about, whatever else gave one") {
-  const auto on_flag = agent(parsed({"--nnodes=2", "--rdzv_token=s"}));
+  const auto on_flag = agent_setup(parsed({"--nnodes=2", "--rdzv_token=s"}));
   REQUIRE(on_flag.warnings.size() == 1);
   CHECK(on_flag.warnings[0] == "--rdzv_token on the command line is visible to every user of this machine (ps); "
                                "prefer --rdzv_token_file or DTLAUNCH_RDZV_TOKEN");
-  CHECK(agent(parsed({"--nnodes=2"}, {{"PET_RDZV_TOKEN", "s"}})).warnings.empty());
-  CHECK(agent(parsed({"--nnodes=2"}, {{"DTLAUNCH_RDZV_TOKEN", "s"}})).warnings.empty());
-  const auto from_file = agent(parsed({"--nnodes=2"}, {}, "rdzv_token: s\n"));
+  CHECK(agent_setup(parsed({"--nnodes=2"}, {{"PET_RDZV_TOKEN", "s"}})).warnings.empty());
+  CHECK(agent_setup(parsed({"--nnodes=2"}, {{"DTLAUNCH_RDZV_TOKEN", "s"}})).warnings.empty());
+  const auto from_file = agent_setup(parsed({"--nnodes=2"}, {}, "rdzv_token: s\n"));
   CHECK(from_file.warnings.empty());
   CHECK(from_file.options.client.credentials.token == "s");
 }
 
 TEST_CASE("an empty token names where it came from") {
-  auto error = [](const config::LaunchOptions& o) { return launcher::resolve_token(o).error().message; };
+  auto error = [](const config::LaunchOptions& o) { return agent::resolve_token(o).error().message; };
   CHECK(error(parsed({"--rdzv_token="})) == "--rdzv_token is empty");
   CHECK(error(parsed({}, {{"PET_RDZV_TOKEN", ""}})) == "PET_RDZV_TOKEN is set but empty");
 }
 
 TEST_CASE("a token file set to '' anywhere is an error naming where, not an unauthenticated job") {
   auto error = [](const config::LaunchOptions& o) {
-    auto token = launcher::resolve_token(o);
+    auto token = agent::resolve_token(o);
     if (token) FAIL("no error, token '" << token->value << "'");
     return token.error().message;
   };
@@ -93,7 +94,7 @@ TEST_CASE("a token file set to '' anywhere is an error naming where, not an unau
 }
 
 TEST_CASE("the handshake names the token by where it came from") {
-  auto name = [](const config::LaunchOptions& o) { return agent(o).options.client.credentials.token_name; };
+  auto name = [](const config::LaunchOptions& o) { return agent_setup(o).options.client.credentials.token_name; };
   CHECK(name(parsed({"--nnodes=2", "--rdzv_token=s"})) == "--rdzv_token");
   CHECK(name(parsed({"--nnodes=2"}, {{"DTLAUNCH_RDZV_TOKEN", "s"}})) == "DTLAUNCH_RDZV_TOKEN");
   CHECK(name(parsed({"--nnodes=2"}, {{"PET_RDZV_TOKEN", "s"}})) == "PET_RDZV_TOKEN");
@@ -103,9 +104,9 @@ TEST_CASE("the handshake names the token by where it came from") {
 TEST_CASE("the agent's client and server and the rdzv-server get the same timings from --rdzv_conf") {
   auto o = parsed({"--nnodes=2", "--rdzv_conf=timeout=7,last_call_timeout=0.25,keep_alive_interval=0.2,"
                    "keep_alive_max_attempt=4"});
-  auto a = agent(o).options;
+  auto a = agent_setup(o).options;
   REQUIRE(a.server);
-  auto standalone = launcher::rdzv_options(o, "", 29400).value().server;
+  auto standalone = agent::rdzv_options(o, "", 29400).value().server;
   for (const auto* s : {&*a.server, &standalone}) {
     CHECK(s->round.join_timeout == 7s);
     CHECK(s->round.last_call_timeout == 250ms);
@@ -120,7 +121,7 @@ TEST_CASE("the agent's client and server and the rdzv-server get the same timing
 }
 
 TEST_CASE("a static agent joins its master_addr:master_port with this machine's facts") {
-  auto a = agent(parsed({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=29511",
+  auto a = agent_setup(parsed({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=29511",
                          "--local_addr=10.0.0.2", "--run_id=job42"}))
                .options;
   CHECK(a.client.host == "10.0.0.1");
@@ -146,7 +147,7 @@ TEST_CASE("a --local_addr that does not resolve is named --local_addr, not --mas
 }
 
 TEST_CASE("a port's names are its flags when typed, else the setting and where it came from") {
-  auto names = [](const config::LaunchOptions& o) { return launcher::port_names(o, config::Setting::master_addr, config::Setting::master_port); };
+  auto names = [](const config::LaunchOptions& o) { return agent::port_names(o, config::Setting::master_addr, config::Setting::master_port); };
   CHECK(names(parsed({"--master-port=29655"})).given(29655) == "--master-port 29655");
   CHECK(names(parsed({"--master-port=29655"})).free() == "--master-port=0");
   CHECK(names(parsed({})).given(29500) == "--master_port 29500");
@@ -154,7 +155,7 @@ TEST_CASE("a port's names are its flags when typed, else the setting and where i
   CHECK(from_file.given(29655) == "master_port=29655 (from cfg.yaml:1:14: master_port)");
   CHECK(from_file.free() == "0");
   CHECK(names(parsed({}, {{"PET_MASTER_PORT", "29655"}})).given(29655) == "master_port=29655 (from PET_MASTER_PORT)");
-  CHECK(agent(parsed({"--nnodes=2"}, {{"PET_MASTER_PORT", "29655"}})).options.names.given(29655) ==
+  CHECK(agent_setup(parsed({"--nnodes=2"}, {{"PET_MASTER_PORT", "29655"}})).options.names.given(29655) ==
         "master_port=29655 (from PET_MASTER_PORT)");
 }
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "store/state.h"
+#include "store/store_state.h"
 
 using namespace dtl::store;
 

@@ -9,7 +9,7 @@ using namespace dtl::launcher;
 
 namespace {
 
-std::map<std::string, std::string> as_map(const EnvPairs& pairs) { return {pairs.begin(), pairs.end()}; }
+std::map<std::string, std::string> as_map(const dtl::EnvPairs& pairs) { return {pairs.begin(), pairs.end()}; }
 
 dtl::EnvLookup none() {
   return [](const std::string&) { return std::optional<std::string>(); };

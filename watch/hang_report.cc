@@ -1,0 +1,216 @@
+#include "watch/hang_report.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "base/text.h"
+#include "watch/stacks.h"
+
+namespace dtl::watch {
+
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += fmt::format("\\u{:04x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+/// "0-3,5" for ranks 0, 1, 2, 3 and 5.
+std::string ranges(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  return text::ranges(ranks);
+}
+
+/// The threads of a stack cut to `frames` frames each (0: all), or to the main thread alone.
+std::vector<std::string> trimmed(const std::vector<std::string>& stack, bool main_only, size_t frames) {
+  std::vector<std::string> out;
+  if (main_only) {
+    const auto main = main_thread(stack);
+    if (main.empty()) return out;
+    out.push_back("thread MainThread");
+    for (size_t i = 0; i < main.size() && (frames == 0 || i < frames); ++i) out.push_back(main[i]);
+    return out;
+  }
+  size_t in_thread = 0;
+  for (const auto& line : stack) {
+    in_thread = line.starts_with("thread ") || line.empty() ? 0 : in_thread + 1;
+    if (frames == 0 || in_thread <= frames) out.push_back(line);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string stacks_text(const Hang& hang, const std::string& host, const std::string& how) {
+  std::string out;
+  out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6} {:>8}  {}\n", "rank", "host", "pid", "state", "cpu%", "quiet",
+                     "doing");
+  for (const auto& r : hang.ranks) {
+    out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6.1f} {:>7.0f}s  {}\n", r.rank, r.host.empty() ? host : r.host,
+                       r.pid, std::string(1, r.state), r.cpu_percent, r.quiet_s, r.doing);
+  }
+  // Which tools read the stacks: when more than one, each block says its own.
+  std::vector<std::string> tools;
+  for (const auto& r : hang.ranks) {
+    const std::string& by = r.stack_by.empty() ? how : r.stack_by;
+    if (!r.stack.empty() && std::find(tools.begin(), tools.end(), by) == tools.end()) tools.push_back(by);
+  }
+  // Ranks with the same stack are one block: 64 ranks in all_reduce take one.
+  std::vector<std::pair<std::string, std::vector<int>>> blocks;
+  for (const auto& r : hang.ranks) {
+    std::string text;
+    if (tools.size() > 1 && !r.stack.empty()) text = "    (read by " + (r.stack_by.empty() ? how : r.stack_by) + ")\n";
+    if (r.stack.empty()) {
+      text = "    (no stack: " + (r.stack_error.empty() ? std::string("not read") : r.stack_error) + ")\n";
+    }
+    for (const auto& line : r.stack) {
+      if (line.empty()) continue;
+      text += (line.starts_with("thread ") ? "    " : "      ") + line + "\n";
+    }
+    auto it = std::find_if(blocks.begin(), blocks.end(), [&](const auto& b) { return b.first == text; });
+    if (it == blocks.end()) {
+      blocks.push_back({text, {r.rank}});
+    } else {
+      it->second.push_back(r.rank);
+    }
+  }
+  out += "  stacks (" + (tools.empty() ? how : text::join(tools, ", ")) + "):\n";
+  for (const auto& [text, ranks] : blocks) {
+    out += (ranks.size() == 1 ? "  rank " : "  ranks ") + ranges(ranks) + ":\n" + text;
+  }
+  return out;
+}
+
+std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
+                        const std::string& how, double timeout_s) {
+  std::vector<int> busy;
+  for (const auto& r : hang.ranks) {
+    if (r.busy) busy.push_back(r.rank);
+  }
+  std::string out =
+      hang.cause.empty()
+          ? fmt::format(
+                "dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n", hang.quiet_s, timeout_s,
+                busy.empty() ? std::string("no rank made progress")
+                             : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) + " ran while the others waited")
+          : "dtlaunch: hang: " + hang.cause + "\n";
+  out += stacks_text(hang, host, how);
+  if (suspect) {
+    const auto& r = hang.ranks[*suspect];
+    const auto frames = main_thread(r.stack);
+    out += fmt::format("dtlaunch: suspect rank {} on {} (pid {}): {}\n", r.rank, r.host.empty() ? host : r.host, r.pid,
+                       frames.empty() ? r.doing : frames.front());
+  } else {
+    out += "dtlaunch: no suspect on " + host +
+           ": every rank here waits in a collective, the store or for the GPU (the rank they wait for may be on "
+           "another node)"
+           ", or its stack could not be read\n";
+  }
+  return out;
+}
+
+std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
+                             const std::string& how, double timeout_s) {
+  std::string out =
+      fmt::format("{{\"hang_timeout_s\": {:g}, \"quiet_s\": {:.1f}, \"cause\": {}, \"host\": {}, \"stacks_by\": {}, ",
+                  timeout_s, hang.quiet_s, json_string(hang.cause), json_string(host), json_string(how));
+  out +=
+      "\"suspect\": " + (suspect ? std::to_string(hang.ranks[*suspect].rank) : std::string("null")) + ", \"ranks\": [";
+  for (size_t i = 0; i < hang.ranks.size(); ++i) {
+    const auto& r = hang.ranks[i];
+    out += fmt::format(
+        "{}{{\"rank\": {}, \"host\": {}, \"local_rank\": {}, \"pid\": {}, \"state\": {}, \"cpu_percent\": {:.1f}, "
+        "\"quiet_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"stack_error\": {}, \"stack_by\": {}, \"stack\": [",
+        i ? ", " : "", r.rank, json_string(r.host.empty() ? host : r.host), r.local_rank, r.pid,
+        json_string(std::string(1, r.state)), r.cpu_percent, r.quiet_s, r.busy ? "true" : "false", json_string(r.doing),
+        json_string(r.stack_error), json_string(r.stack_by.empty() ? how : r.stack_by));
+    for (size_t j = 0; j < r.stack.size(); ++j) out += (j ? ", " : "") + json_string(r.stack[j]);
+    out += "], \"native\": [";
+    for (size_t j = 0; j < r.native.size(); ++j) out += (j ? ", " : "") + json_string(r.native[j]);
+    out += "]}";
+  }
+  return out + "]}\n";
+}
+
+std::string hang_part(const Hang& hang, const std::string& host, const std::string& how, size_t budget) {
+  // Whole stacks if they fit; else the main threads; else fewer frames of them; else none.
+  const std::vector<std::pair<bool, size_t>> cuts{{false, 0}, {true, 0}, {true, 20}, {true, 5}, {true, 1}};
+  std::string out;
+  for (const auto& [main_only, frames] : cuts) {
+    Hang cut = hang;
+    for (auto& r : cut.ranks) {
+      r.stack = trimmed(r.stack, main_only, frames);
+      r.native.clear();  // what it says is in `doing`
+      if (r.host.empty()) r.host = host;
+    }
+    out = hang_report_json(cut, std::nullopt, host, how, 0);
+    if (out.size() <= budget) return out;
+  }
+  Hang bare = hang;
+  for (auto& r : bare.ranks) {
+    r.stack.clear();
+    r.native.clear();
+    r.stack_error = "cut: too many ranks on this node for one part";
+    if (r.host.empty()) r.host = host;
+  }
+  return hang_report_json(bare, std::nullopt, host, how, 0);
+}
+
+std::optional<Hang> parse_hang_part(const std::string& json) {
+  try {
+    const YAML::Node root = YAML::Load(json);
+    if (!root.IsMap() || !root["ranks"] || !root["ranks"].IsSequence()) return std::nullopt;
+    Hang hang;
+    hang.quiet_s = root["quiet_s"].as<double>(0);
+    hang.cause = root["cause"] ? root["cause"].as<std::string>("") : "";
+    const std::string host = root["host"].as<std::string>("?");
+    for (const auto& n : root["ranks"]) {
+      HungRank r;
+      r.rank = n["rank"].as<int>();
+      r.host = n["host"] ? n["host"].as<std::string>(host) : host;
+      r.local_rank = n["local_rank"].as<int>(0);
+      r.pid = n["pid"].as<pid_t>(0);
+      const std::string state = n["state"].as<std::string>("?");
+      r.state = state.empty() ? '?' : state[0];
+      r.cpu_percent = n["cpu_percent"].as<double>(0);
+      r.quiet_s = n["quiet_s"].as<double>(0);
+      r.busy = n["busy"].as<bool>(false);
+      r.doing = n["doing"].as<std::string>("");
+      r.stack_error = n["stack_error"].as<std::string>("");
+      r.stack_by = n["stack_by"].as<std::string>("");
+      if (n["stack"] && n["stack"].IsSequence()) {
+        for (const auto& line : n["stack"]) r.stack.push_back(line.as<std::string>(""));
+      }
+      hang.ranks.push_back(std::move(r));
+    }
+    return hang;
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+}
+
+Hang merge_parts(const std::vector<Hang>& parts) {
+  Hang all;
+  all.quiet_s = parts.empty() ? 0 : parts.front().quiet_s;
+  for (const auto& p : parts) {
+    all.quiet_s = std::min(all.quiet_s, p.quiet_s);
+    if (all.cause.empty()) all.cause = p.cause;
+    all.ranks.insert(all.ranks.end(), p.ranks.begin(), p.ranks.end());
+  }
+  std::sort(all.ranks.begin(), all.ranks.end(), [](const HungRank& a, const HungRank& b) { return a.rank < b.rank; });
+  return all;
+}
+
+}  // namespace dtl::watch

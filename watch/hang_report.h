@@ -1,0 +1,33 @@
+// A hang's report: the text for the console, its JSON, and a node's part of a job's report.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "watch/hang_state.h"
+
+namespace dtl::watch {
+
+/// One node's ranks, `doing` filled, for the job's report on the node hosting the rendezvous: the
+/// report's JSON without a verdict, each rank naming `host`, within `budget` bytes (the stacks
+/// cut to their main threads, then to fewer frames, then left out).
+std::string hang_part(const Hang& hang, const std::string& host, const std::string& how, size_t budget);
+/// A node's part back; nullopt when it is not one.
+std::optional<Hang> parse_hang_part(const std::string& json);
+/// Every node's ranks as one hang, by rank: the shortest silence, the first cause.
+Hang merge_parts(const std::vector<Hang>& parts);
+
+/// The table and every rank's stack (ranks with the same stack as one block), as both reports
+/// have them; `dtlaunch stacks` prints it under its own headline.
+std::string stacks_text(const Hang& hang, const std::string& host, const std::string& how);
+
+/// The report for the console: a headline, the table, every rank's stack (ranks with the same stack
+/// as one block) and the verdict. `how`: which tool read the stacks.
+std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
+                        const std::string& how, double timeout_s);
+/// The same as one JSON object.
+std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
+                             const std::string& how, double timeout_s);
+
+}  // namespace dtl::watch

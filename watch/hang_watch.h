@@ -1,0 +1,133 @@
+// The watch for hangs over one node's workers (watch/hang_state.h decides): once a second it
+// reads each rank's state and CPU time, with its children's, from /proc, and the time of its last
+// output; once the job counts as hung, or signal() says so, it reads every rank's stack (py-spy for
+// Python, with native frames for CUDA ranks it cannot place; eu-stack for others) on a thread of its own, so
+// supervision goes on meanwhile, then prints the report, writes it as JSON into the run's log folder, and with
+// --on_hang=fail hands the suspect's failure back. It also answers `dtlaunch stacks` (watch/stacks_socket.h) with
+// every rank's stack now.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "base/env.h"
+#include "watch/hang_state.h"
+#include "watch/stacks_socket.h"
+
+namespace dtl::watch {
+
+/// What the watch takes from the launch.
+struct WatchSettings {
+  double hang_timeout_s = 0;  ///< 0: no watch
+  bool on_hang_fail = false;  ///< the suspect fails the group (--on_hang=fail)
+  bool python_workers = true;
+  std::string exec_path;          ///< the workers' program: py-spy may lie beside an interpreter
+  std::filesystem::path run_dir;  ///< the run's log folder: reports, and the no-ptrace hook
+};
+
+class HangWatch {
+ public:
+  struct Probe {
+    int rank = 0;
+    int local_rank = 0;
+    pid_t pid = 0;
+    HangClock::time_point last_output;
+    std::string error_file;   ///< its TORCHELASTIC_ERROR_FILE, read for the failure's traceback
+    std::string stacks_file;  ///< its DTLAUNCH_STACKS_FILE, where ptrace is not allowed
+  };
+  /// `print`: text for dtlaunch's stderr. `probes`: the running workers now. `fail`: with
+  /// --on_hang=fail, the suspect (or the rank standing for the job) and why it fails.
+  HangWatch(boost::asio::io_context& io, WatchSettings settings, std::function<void(const std::string&)> print,
+            std::function<std::vector<Probe>()> probes, std::function<void(const Probe&, const std::string&)> fail);
+  ~HangWatch();
+
+  /// Watches a new attempt (`attempt`: its restart count); does nothing with --hang_timeout=0.
+  void start(int attempt);
+  void stop();
+  /// The job hangs by another's word (`cause`: torch's NCCL watchdog timed out a collective): the
+  /// report now, once per attempt, and with --on_hang=fail the suspect's failure.
+  void signal(std::string cause);
+  /// What a worker's environment gains where ptrace is not allowed here (a probe at start says):
+  /// PYTHONPATH led by the folder of dtlaunch's sitecustomize.py, which registers faulthandler on a
+  /// signal that dumps every thread into `stacks_file`. Empty elsewhere. `python_path`: the
+  /// worker's PYTHONPATH otherwise.
+  EnvPairs worker_variables(const std::string& stacks_file, const std::optional<std::string>& python_path) const;
+  /// A job over several nodes: its report and `dtlaunch stacks` cover every node, gathered by the
+  /// node hosting the rendezvous (rendezvous/protocol.h's StacksWanted and HangVerdict).
+  struct JobWide {
+    /// This node's watch found a hang: the host is to gather the job's report.
+    std::function<void()> hang_seen;
+    /// Every node's part, for `dtlaunch stacks`: `done` runs once all came or the time is up.
+    std::function<void(std::function<void(const std::vector<std::string>& parts, const std::string& missing)> done)>
+        gather;
+  };
+  /// Set for a round of several nodes; nullopt: this node's ranks are the job's.
+  void job_wide(std::optional<JobWide> hooks);
+  /// This node's part of the job's stacks now, at most `budget` bytes: `done` gets it.
+  void part(size_t budget, std::function<void(std::string)> done);
+  /// On the node hosting the rendezvous, every node's part of a hang: prints the job's report and
+  /// writes it; with --on_hang=fail, the rank that every node is to fail, and the failure's message.
+  std::optional<std::pair<int, std::string>> job_report(const std::vector<std::string>& parts,
+                                                        const std::string& missing);
+  /// The job's verdict: `rank` fails here, if it runs here (--on_hang=fail).
+  void verdict(int rank, const std::string& message);
+  /// Whether a report went into the log folder (which is then worth keeping).
+  bool wrote_report() const { return wrote_report_; }
+
+ private:
+  void tick();
+  static std::vector<RankSample> samples(const std::vector<Probe>& probes);
+  /// Reads every rank's stack into `hang` on the reader thread, then runs `done` on the event loop
+  /// (not after stop() or a new attempt, when `current` is set).
+  void read_stacks(Hang hang, bool current, std::function<void(Hang)> done);
+  void report(Hang hang, const std::vector<Probe>& probes);
+  /// Every rank's stack now, CPU over a short window, `doing` filled; nullopt when none runs.
+  void now(std::function<void(std::optional<Hang>)> done);
+  /// Parts parsed and merged; how many could not be read.
+  std::pair<Hang, int> merged(const std::vector<std::string>& parts) const;
+  void write_report(const std::string& json);
+  static std::string failure_message(const Hang& hang, const HungRank* suspect);
+  std::string how() const;                            ///< which tool reads the stacks
+  std::map<pid_t, std::string> stacks_files() const;  ///< each rank's faulthandler file, where ptrace is not allowed
+  void answer(const StacksSocket::Reply& reply);      ///< `dtlaunch stacks`
+
+  boost::asio::io_context& io_;
+  const WatchSettings settings_;
+  std::function<void(const std::string&)> print_;
+  std::function<std::vector<Probe>()> probes_;
+  std::function<void(const Probe&, const std::string&)> fail_;
+  boost::asio::steady_timer timer_;
+  HangState watch_;
+  bool watching_ = false;
+  bool reading_ = false;  ///< the stack reader's thread is busy
+  int attempt_ = 0;
+  int reports_ = 0;
+  bool wrote_report_ = false;
+  unsigned generation_ = 0;                  ///< a stack reading from an earlier attempt is dropped
+  std::optional<std::string> stack_reader_;  ///< found at the first hang; "" when there is none
+  std::string no_ptrace_;                    ///< why a stack reader may not read the workers here; "" when it may
+  std::string site_dir_;                     ///< the folder of dtlaunch's sitecustomize.py, where ptrace is not allowed
+  std::optional<JobWide> job_wide_;
+  std::string pending_cause_;  ///< a signalled hang's cause, for this node's next part
+  std::shared_ptr<bool> alive_;
+  StacksSocket socket_;  ///< `dtlaunch stacks`'s way in
+  std::jthread reader_;
+};
+
+/// The hang's cause from exception_dump's value: the global rank whose NCCL watchdog timed out, as
+/// torch writes it (4 bytes, the int32 as it lies in memory), or as text.
+std::string nccl_timeout_cause(const std::string& value);
+
+}  // namespace dtl::watch

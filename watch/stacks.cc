@@ -1,0 +1,178 @@
+#include "watch/stacks.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+namespace dtl::watch {
+
+namespace {
+
+constexpr const char* kCollective = "in a collective";
+constexpr const char* kStore = "in the store";
+constexpr const char* kGpu = "waiting for the GPU";
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+std::vector<std::string> main_thread(const std::vector<std::string>& stack) {
+  std::vector<std::vector<std::string>> threads;
+  std::optional<size_t> main;
+  for (const auto& line : stack) {
+    if (line.starts_with("thread ")) {
+      if (!main && contains(line, "MainThread")) main = threads.size();
+      threads.emplace_back();
+    } else if (!line.empty()) {
+      if (threads.empty()) threads.emplace_back();
+      threads.back().push_back(line);
+    }
+  }
+  if (threads.empty()) return {};
+  return threads[main.value_or(0)];
+}
+
+std::string classify(const std::vector<std::string>& stack) {
+  for (const auto& frame : main_thread(stack)) {
+    // "function (file:line)" from py-spy, a bare function from eu-stack. Only the functions of native
+    // code and the files of torch's own Python code count: a script of the user's may be named
+    // nccl_test.py.
+    std::string lower = frame;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    const auto open = lower.rfind(" (");
+    const std::string function = lower.substr(0, open);
+    const std::string file = open == std::string::npos ? "" : lower.substr(open + 2);
+    const bool python = contains(file, ".py:");
+    const bool torch_distributed = python && contains(file, "torch/distributed/");
+    // NCCL's collectives are asynchronous: a rank waiting for one waits in a CUDA synchronisation
+    // (.item(), .cpu(), torch.cuda.synchronize()), spinning on a CPU.
+    if (!python && (contains(function, "streamsynchronize") || contains(function, "devicesynchronize") ||
+                    contains(function, "ctxsynchronize") || contains(function, "eventsynchronize") ||
+                    contains(function, "_local_scalar_dense_cuda"))) {
+      return kGpu;
+    }
+    if ((torch_distributed && (contains(function, "store") || contains(file, "store"))) ||
+        (!python && contains(function, "c10d::") && contains(function, "store"))) {
+      return kStore;
+    }
+    if ((python && (contains(file, "torch/distributed/distributed_c10d.py") ||
+                    contains(file, "torch/nn/parallel/distributed.py"))) ||
+        (!python &&
+         (contains(function, "gloo::") || contains(function, "nccl") || contains(function, "processgroup")))) {
+      return kCollective;
+    }
+    if (python && contains(file, "torch/utils/data/")) return "in a data loader";
+  }
+  return "";
+}
+
+std::optional<size_t> find_suspect(Hang& hang) {
+  for (auto& r : hang.ranks) {
+    r.doing = classify(r.native.empty() ? r.stack : r.native);
+    if (r.doing.empty()) r.doing = r.busy ? "running" : r.state == 'D' ? "blocked in the kernel (D)" : "blocked";
+  }
+  return choose_suspect(hang);
+}
+
+std::optional<size_t> choose_suspect(const Hang& hang) {
+  const auto waits = [](const HungRank& r) { return r.doing == kCollective || r.doing == kStore || r.doing == kGpu; };
+  for (bool busy : {true, false}) {
+    for (size_t i = 0; i < hang.ranks.size(); ++i) {
+      const auto& r = hang.ranks[i];
+      // Without its stack an idle rank may be waiting like the others: it is no suspect.
+      if (r.busy == busy && !waits(r) && (busy || !r.stack.empty())) return i;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::vector<std::string>> parse_py_spy(const std::string& json) {
+  YAML::Node threads;
+  try {
+    threads = YAML::Load(json);
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+  if (!threads.IsSequence()) return std::nullopt;
+  std::vector<std::string> out;
+  try {
+    for (const auto& t : threads) {
+      if (!out.empty()) out.emplace_back();
+      // By name, not id: ranks with the same stack then print as one block.
+      const auto name = t["thread_name"];
+      out.push_back("thread " + (name && name.IsScalar() ? name.as<std::string>() : std::string("?")));
+      for (const auto& f : t["frames"]) {
+        const auto file = f["short_filename"] && f["short_filename"].IsScalar() ? f["short_filename"] : f["filename"];
+        out.push_back(f["name"].as<std::string>("?") + " (" + (file && file.IsScalar() ? file.as<std::string>() : "?") +
+                      ":" + f["line"].as<std::string>("?") + ")");
+      }
+    }
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+namespace {
+
+/// A Python file as py-spy shortens it: what follows site-packages/ or pythonX.Y/, else its name.
+std::string short_python_file(const std::string& path) {
+  for (const char* root : {"/site-packages/", "/dist-packages/"}) {
+    if (auto at = path.rfind(root); at != std::string::npos) return path.substr(at + std::strlen(root));
+  }
+  if (auto at = path.rfind("/lib/python3"); at != std::string::npos) {
+    if (auto slash = path.find('/', at + 12); slash != std::string::npos) return path.substr(slash + 1);
+  }
+  return path.substr(path.rfind('/') + 1);
+}
+
+}  // namespace
+
+std::vector<std::string> parse_faulthandler(const std::string& text) {
+  std::vector<std::string> out;
+  int threads = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("Thread 0x") || line.starts_with("Current thread 0x")) {
+      if (!out.empty()) out.emplace_back();
+      out.push_back(line.starts_with("Current") ? "thread MainThread" : "thread " + std::to_string(++threads));
+      continue;
+    }
+    // '  File "/w/hang.py", line 9 in stuck'
+    const auto file = line.find("File \"");
+    const auto line_at = line.rfind("\", line ");
+    const auto in = line.rfind(" in ");
+    if (out.empty() || file == std::string::npos || line_at == std::string::npos || in == std::string::npos ||
+        in < line_at) {
+      continue;
+    }
+    const std::string path = line.substr(file + 6, line_at - file - 6);
+    const std::string number = line.substr(line_at + 8, in - line_at - 8);
+    out.push_back(line.substr(in + 4) + " (" + short_python_file(path) + ":" + number + ")");
+  }
+  return out;
+}
+
+std::vector<std::string> parse_eu_stack(const std::vector<std::string>& lines) {
+  std::vector<std::string> out;
+  int threads = 0;
+  for (const auto& line : lines) {
+    if (line.starts_with("TID ")) {  // numbered in order, not by id, as parse_py_spy names them
+      if (!out.empty()) out.emplace_back();
+      out.push_back("thread " + std::to_string(++threads));
+    } else if (line.starts_with("#")) {
+      // "#0  0x00007f0c1b2e5d3a __clock_nanosleep - 1": the function, without the address
+      std::istringstream words(line);
+      std::string number, address, rest;
+      words >> number >> address;
+      std::getline(words, rest);
+      const auto begin = rest.find_first_not_of(' ');
+      out.push_back(begin == std::string::npos ? address : rest.substr(begin));
+    }
+  }
+  return out;
+}
+
+}  // namespace dtl::watch
