@@ -17,6 +17,7 @@ struct Failure {
   std::string host;         ///< the node it failed on; empty: this one
   std::string error_file;   ///< path, or <N/A> when the worker wrote none
   std::string message;      ///< the traceback line(s) shown in the summary
+  int64_t peak_rss_kb = 0;  ///< its peak resident memory (wait4's ru_maxrss); 0: unknown (another node's)
   bool operator==(const Failure&) const = default;
 };
 

@@ -21,7 +21,7 @@
 #include "fanout/fanout_state.h"
 #include "launcher/console.h"
 #include "launcher/line_prefixer.h"
-#include "launcher/spawn.h"
+#include "node/spawn.h"
 #include "watch/stacks_socket.h"
 
 #ifndef DTL_VERSION
@@ -100,9 +100,9 @@ class Fanout {
     n.in.assign(in[1]);
     n.out.assign(out[0]);
     n.err.assign(err[0]);
-    launcher::SpawnSpec spec{plan_.ssh_path, n.start.argv, plan_.environment, in[0], out[1], err[1]};
+    node::SpawnSpec spec{plan_.ssh_path, n.start.argv, plan_.environment, in[0], out[1], err[1]};
     try {
-      n.pid = launcher::spawn_worker(spec);  // its own process group: signals and leftovers are the group's
+      n.pid = node::spawn_worker(spec);  // its own process group: signals and leftovers are the group's
     } catch (...) {
       for (int fd : {in[0], out[1], err[1]}) ::close(fd);
       throw;
@@ -204,7 +204,7 @@ class Fanout {
     if (n.reaped) {
       ::kill(-n.pid, a.signal);  // what is left of its group; the pid itself may be another's now
     } else {
-      launcher::signal_worker(n.pid, a.signal);
+      node::signal_worker(n.pid, a.signal);
     }
   }
   /// `dtlaunch stacks` where the fan-out runs: the first host's, over the job's ssh, which gathers

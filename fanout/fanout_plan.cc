@@ -12,7 +12,7 @@
 #include "config/flags.h"
 #include "config/hostfile.h"
 #include "base/text.h"
-#include "launcher/spawn.h"
+#include "node/spawn.h"
 #include "rendezvous/auth.h"
 #include "base/printable.h"
 

@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "base/posix.h"
+#include "node/memcg.h"
 #include "base/text.h"
 
 namespace dtl::launcher {
@@ -102,7 +103,9 @@ std::string format_summary(const std::string& program, const std::vector<Failure
       << "  host      : " << (f.host.empty() ? host : f.host) << "\n"
       << "  rank      : " << f.rank << " (local_rank: " << f.local_rank << ")\n"
       << "  exitcode  : " << f.exitcode << " (pid: " << f.pid << ")\n"
-      << "  error_file: " << f.error_file << "\n"
+      << "  error_file: " << f.error_file << "\n";
+    if (f.peak_rss_kb > 0) s << "  peak_rss  : " << node::format_bytes(static_cast<uint64_t>(f.peak_rss_kb) * 1024) << "\n";
+    s
       << "  traceback : " << text::replace_all(f.message, "\n", "\n  ");
     std::string text = s.str();
     std::istringstream lines(text);

@@ -14,7 +14,7 @@
 #include "launcher/failure_summary.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/rdzv_endpoint.h"
-#include "launcher/spawn.h"
+#include "node/spawn.h"
 
 namespace dtl::launcher {
 namespace {

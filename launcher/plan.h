@@ -14,7 +14,7 @@
 #include "base/env.h"
 #include "node/gpus.h"
 #include "node/numa.h"
-#include "launcher/spawn.h"
+#include "node/spawn.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/ports.h"
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,10 +25,12 @@
 #include "launcher/failure_summary.h"
 #include "watch/file_timers.h"
 #include "watch/hang_watch.h"
+#include "watch/traceback.h"
 #include "launcher/line_prefixer.h"
+#include "node/memcg.h"
 #include "node/proc_stat.h"
 #include "base/posix.h"
-#include "launcher/spawn.h"
+#include "node/spawn.h"
 #include "launcher/worker_env.h"
 #include "store/server.h"
 
@@ -50,6 +53,15 @@ std::vector<pid_t> child_processes() {
   std::ifstream in("/proc/self/task/" + std::to_string(getpid()) + "/children");
   for (pid_t pid; in >> pid;) pids.push_back(pid);
   return pids;
+}
+
+watch::WatchSettings watch_settings(const LaunchPlan& plan, const RunLogDir& logs, node::OrphanGuard& guard) {
+  watch::WatchSettings s{plan.hang_timeout_s, plan.on_hang_fail, plan.python_workers, plan.exec_path, logs.path()};
+  if (const node::JobCgroup* cgroup = guard.cgroup()) {
+    s.cgroup_fd = cgroup->dir_fd();
+    s.cgroup_procs_fd = cgroup->procs_fd();
+  }
+  return s;
 }
 
 int open_log(const std::filesystem::path& path) {
@@ -98,7 +110,10 @@ struct WorkerGroup::Impl {
     bool signalled = false;  ///< dtlaunch asked it to stop: its exit is not a failure
     watch::HangClock::time_point last_output;  ///< or its start: what the hang watch counts silence from
     std::string error_file;
-    std::string stacks_file;  ///< DTLAUNCH_STACKS_FILE, where ptrace is not allowed
+    std::string stacks_file;  ///< DTLAUNCH_STACKS_FILE, where the faulthandler hook writes
+    watch::TracebackCatcher traceback;  ///< whether its last word was a traceback
+    node::MemoryCgroup memcg;           ///< its memory cgroup, for the kernel's word on a SIGKILL
+    std::optional<uint64_t> oom_kills;  ///< that cgroup's OOM kills when it started
     Stream out, err;
   };
 
@@ -109,7 +124,7 @@ struct WorkerGroup::Impl {
       : io(io), console(console), plan(plan), logs(logs), guard(guard), callbacks(std::move(callbacks)),
         stop_timer(io), drain_timer(io), reap_timer(io),
         watcher(
-            io, {plan.hang_timeout_s, plan.on_hang_fail, plan.python_workers, plan.exec_path, logs.path()},
+            io, watch_settings(plan, logs, guard),
             [this](const std::string& text) { this->console.write(2, text); }, [this] { return probes(); },
             [this](const watch::HangWatch::Probe& p, const std::string& why) { fail_hung(p, why); }) {}
   ~Impl() {
@@ -129,6 +144,7 @@ struct WorkerGroup::Impl {
   watch::HangWatch watcher;
   std::unique_ptr<watch::FileTimerServer> timers;  ///< with TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::map<pid_t, std::string> expired_timers;  ///< a worker signalled for its timers: what to report
+  std::map<std::string, uint64_t> oom_kills_seen;  ///< by memory cgroup: the OOM kills accounted to ranks
 
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::unique_ptr<Worker>> retired;  ///< earlier attempts' with handlers still queued
@@ -214,9 +230,41 @@ struct WorkerGroup::Impl {
   std::vector<watch::HangWatch::Probe> probes() const {
     std::vector<watch::HangWatch::Probe> out;
     for (const auto& w : workers) {
-      if (w->running) out.push_back({w->rank, w->local_rank, w->pid, w->last_output, w->error_file, w->stacks_file});
+      if (w->running) {
+        out.push_back({w->rank, w->local_rank, w->pid, w->last_output, w->error_file, w->stacks_file,
+                       w->traceback.last()});
+      }
     }
     return out;
+  }
+
+  /// A SIGKILL that dtlaunch did not send, by the kernel's word: its OOM killer (the memory
+  /// cgroup's count went up, or the kernel log names the pid), or someone outside.
+  std::string why_killed(const Worker& w, long peak_kb) {
+    const auto count = node::oom_kills(w.memcg);
+    const auto logged = node::kernel_log_says_oom_killed(w.pid);
+    bool oom = logged && *logged;
+    if (count && w.oom_kills) {
+      uint64_t& seen = oom_kills_seen.try_emplace(w.memcg.dir, *w.oom_kills).first->second;
+      if (*count > seen) {  // one kill of the cgroup's count is this rank's
+        ++seen;
+        oom = true;
+      }
+    }
+    const std::string peak = ", peak RSS " + node::format_bytes(static_cast<uint64_t>(peak_kb) * 1024);
+    if (oom) {
+      const auto limit = node::memory_limit(w.memcg);
+      return ": killed by the kernel's out-of-memory killer (" +
+             (limit.where.empty() ? "the machine's " + node::format_bytes(limit.bytes) + " of memory ran out"
+                                  : "its memory cgroup's limit of " + node::format_bytes(limit.bytes) + " was reached, " +
+                                        limit.where) +
+             peak + ")";
+    }
+    if (count || logged) {
+      return ": the SIGKILL came from outside dtlaunch (the kernel's out-of-memory killer killed nothing in its "
+             "memory cgroup)";
+    }
+    return "";
   }
 
   /// The hang watch's verdict with --on_hang=fail: the suspect's failure stops the group, as a
@@ -252,7 +300,7 @@ struct WorkerGroup::Impl {
 
     WorkerSlot slot{lr, w->error_file, plan.cuda_visible_devices[lr]};
     w->stacks_file = (dir / "stacks.txt").string();
-    SpawnSpec spec{plan.exec_path, substitute_local_rank(plan.argv, lr),
+    node::SpawnSpec spec{plan.exec_path, substitute_local_rank(plan.argv, lr),
                    merge_environ(environ, with_stacks_fallback(worker_env(group, slot, process_env()), *w), withheld),
                    child_fds[0], child_fds[1], child_fds[2]};
     if (!plan.cpus.empty()) spec.cpus = plan.cpus[lr];
@@ -260,8 +308,11 @@ struct WorkerGroup::Impl {
       spec.cgroup_fd = cgroup->dir_fd();
       spec.cgroup_procs_fd = cgroup->procs_fd();
     }
-    w->pid = spawn_worker(spec);
+    w->pid = node::spawn_worker(spec);
     w->running = true;
+    w->memcg = node::memory_cgroup(w->pid);
+    w->oom_kills = node::oom_kills(w->memcg);
+    if (w->oom_kills) oom_kills_seen.try_emplace(w->memcg.dir, *w->oom_kills);
     w->last_output = watch::HangClock::now();
     guard.watch(w->pid);
     for (Stream* s : {&w->out, &w->err}) {
@@ -352,6 +403,12 @@ struct WorkerGroup::Impl {
 
   void deliver(Stream& s, size_t n) {
     s.worker.last_output = watch::HangClock::now();
+    const std::string_view chunk(s.buf.data(), n);
+    if (&s == &s.worker.err) {
+      s.worker.traceback.feed(chunk);
+    } else {
+      s.worker.traceback.other_output(chunk);
+    }
     if (s.file_fd >= 0) posix::write_all(s.file_fd, std::string_view(s.buf.data(), n));
     if (s.prefixer) {
       scratch.clear();
@@ -406,7 +463,8 @@ struct WorkerGroup::Impl {
   void reap() {
     int status = 0;
     pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    rusage usage{};
+    while ((pid = wait4(-1, &status, WNOHANG, &usage)) > 0) {
       auto now = std::chrono::system_clock::now();
       if (pid == guard.pid()) {
         spdlog::warn("the orphan guard (pid {}) exited; a SIGKILLed dtlaunch may now leave workers' children", pid);
@@ -419,6 +477,10 @@ struct WorkerGroup::Impl {
         bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && !w->signalled && phase == Phase::running) {
           failures.push_back(describe_failure(w->local_rank, w->rank, pid, status, now, w->error_file));
+          failures.back().peak_rss_kb = usage.ru_maxrss;
+          if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && failures.back().error_file == "<N/A>") {
+            failures.back().message += why_killed(*w, usage.ru_maxrss);
+          }
           if (auto t = expired_timers.find(pid); t != expired_timers.end() && failures.back().error_file == "<N/A>") {
             failures.back().message = t->second;
           }
@@ -428,9 +490,11 @@ struct WorkerGroup::Impl {
     }
     if (phase == Phase::running && !failures.empty()) {
       const auto& f = failures.front();
-      spdlog::warn("worker rank {} (local_rank {}, pid {}) failed with {}; stopping the other workers", f.rank,
+      const bool oom = f.message.find("out-of-memory killer (") != std::string::npos;
+      spdlog::warn("worker rank {} (local_rank {}, pid {}) failed with {}{}; stopping the other workers", f.rank,
                    f.local_rank, f.pid,
-                   f.exitcode < 0 ? posix::signal_name(-f.exitcode) : "exit code " + std::to_string(f.exitcode));
+                   f.exitcode < 0 ? posix::signal_name(-f.exitcode) : "exit code " + std::to_string(f.exitcode),
+                   oom ? ", killed by the kernel's out-of-memory killer" : "");
       run_stop(stop_sequence(SIGTERM, plan.shutdown_timeout_s));
       if (callbacks.on_failure) callbacks.on_failure(failures);
     }
@@ -440,7 +504,7 @@ struct WorkerGroup::Impl {
   void signal_workers(int sig) {
     for (auto& w : workers) {
       if (!w->running) continue;
-      signal_worker(w->pid, sig);
+      node::signal_worker(w->pid, sig);
       w->signalled = true;
     }
   }

@@ -21,6 +21,10 @@ void Connection::start() { read(); }
 void Connection::read() {
   socket_.async_read_some(asio::buffer(buf_),
                           [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+                            if (self->handing_over_ && !self->closed_) {  // the read cancelled for it
+                              self->first_->insert(self->first_->end(), self->buf_.data(), self->buf_.data() + n);
+                              return self->events_->claimed(self);
+                            }
                             if (self->closed_ || self->closing_) return;
                             if (ec)
                               return self->events_->failed(self, true, ec == asio::error::eof ? kHungUp : ec.message());
@@ -94,6 +98,13 @@ void Connection::close() {
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   if (events_->closed) events_->closed(shared_from_this());
+}
+
+void Connection::hand_over_once_read_ends() {
+  if (!first_ || closed_ || closing_) return;
+  handing_over_ = true;
+  boost::system::error_code ignored;
+  socket_.cancel(ignored);  // the pending read ends, with whatever it had, and `claimed` follows
 }
 
 std::pair<tcp::socket, Bytes> Connection::hand_over() {

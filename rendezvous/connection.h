@@ -50,6 +50,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close();
   /// The socket and the bytes read so far, for the protocol that claimed it; the connection is over.
   std::pair<boost::asio::ip::tcp::socket, Bytes> hand_over();
+  /// With a shared port: the connection goes to the other protocol (events.claimed) once its pending
+  /// read ends, which this cancels; whatever that read got goes along. For a peer that never spoke.
+  void hand_over_once_read_ends();
+  /// With a shared port: nothing has been read from it yet.
+  bool silent() const { return first_ && first_->empty(); }
 
   NodeId id() const { return id_; }
   const boost::asio::ip::tcp::endpoint& remote() const { return remote_; }
@@ -77,6 +82,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   FrameDecoder decoder_;
   std::array<uint8_t, 2048> buf_;  ///< reads are small (joins are ~200 bytes): thousands of nodes stay cheap
   std::optional<Bytes> first_;     ///< with a shared port: the bytes read until they say whose they are
+  bool handing_over_ = false;      ///< hand_over_once_read_ends was called
   std::deque<Bytes> out_;
   bool writing_ = false;
   bool closing_ = false;

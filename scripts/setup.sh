@@ -11,7 +11,7 @@ demo_packages=(
   libcli11-dev libyaml-cpp-dev libboost-dev libspdlog-dev   # dtlaunch's libraries
   libssl-dev   # HMAC for the authenticated rendezvous
   libexpected-dev   # Result<T> (base/error.h): tl::expected, as C++20 has no std::expected
-  python3 python3-torch   # the demo's PyTorch workers; the end-to-end tests with a real PyTorch script, and torchrun for benchmarks
+  python3 python3-venv python3-torch   # the demo's PyTorch workers (python3-venv: py-spy's venv, below); the end-to-end tests with a real PyTorch script, and torchrun for benchmarks
   libtorch-dev libgloo-dev   # dtl-train, the reference worker (CPU build with Gloo)
   libopenblas0-pthread   # libtorch's CPU matrix products: Debian's default reference BLAS is ~20x slower
 )
@@ -26,8 +26,25 @@ packages=(
   clang-format   # the style check of the files .clang-format-covered lists (scripts/check-format.sh)
   elfutils   # eu-stack: a hung native worker's stack (docs/hangs.md)
   python3-seccomp   # a real seccomp filter that denies ptrace, for the stacks without it (test_hangs.py)
-  dpkg-dev python3-venv   # the .deb's Depends (dpkg-shlibdeps) and the pip wheel's build (scripts/package.sh)
+  dpkg-dev   # the .deb's Depends (dpkg-shlibdeps); the pip wheel's build needs python3-venv too (scripts/package.sh)
 )
+
+# py-spy, which reads a hung Python rank's stack (docs/hangs.md), is not packaged in Debian 12: it
+# comes from PyPI (a static binary wheel) into a venv of its own, linked into /usr/local/bin. Without
+# PyPI it is left out, and dtlaunch reads Python stacks through faulthandler instead.
+install_py_spy() {
+  command -v py-spy >/dev/null && return 0
+  local venv=/opt/dtlaunch/py-spy sudo="" python=/usr/bin/python3
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  [ -x "$python" ] || python=python3
+  if $sudo "$python" -m venv "$venv" >/dev/null 2>&1 &&
+    $sudo "$venv/bin/pip" install -q --disable-pip-version-check "py-spy==0.4.3" >/dev/null 2>&1; then
+    $sudo ln -sf "$venv/bin/py-spy" /usr/local/bin/py-spy
+    echo "setup: py-spy installed ($venv, linked into /usr/local/bin)"
+  else
+    echo "setup: py-spy could not be installed from PyPI: hung Python ranks' stacks come from faulthandler" >&2
+  fi
+}
 
 case "${1:-all}" in
   all) ;;
@@ -44,6 +61,7 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all packages present"
+  install_py_spy
   exit 0
 fi
 
@@ -55,3 +73,4 @@ fi
 echo "setup: installing ${missing[*]}"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_py_spy

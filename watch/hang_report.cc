@@ -33,6 +33,14 @@ std::string ranges(std::vector<int> ranks) {
   return text::ranges(ranks);
 }
 
+/// The end of `text`, where a traceback's exception is, at most `size` bytes.
+std::string tail(const std::string& text, size_t size) {
+  return text.size() <= size ? text : "...\n" + text.substr(text.size() - size);
+}
+
+/// "rank 3", "ranks 0-3,5".
+std::string plural(const std::vector<int>& ranks) { return (ranks.size() == 1 ? "rank " : "ranks ") + ranges(ranks); }
+
 /// The threads of a stack cut to `frames` frames each (0: all), or to the main thread alone.
 std::vector<std::string> trimmed(const std::vector<std::string>& stack, bool main_only, size_t frames) {
   std::vector<std::string> out;
@@ -48,6 +56,25 @@ std::vector<std::string> trimmed(const std::vector<std::string>& stack, bool mai
     in_thread = line.starts_with("thread ") || line.empty() ? 0 : in_thread + 1;
     if (frames == 0 || in_thread <= frames) out.push_back(line);
   }
+  return out;
+}
+
+/// Why no rank is named: every rank waits for another, or none is known to be off.
+std::string no_suspect_reason(const Hang& hang) {
+  std::vector<int> unread, unplaced;
+  for (const auto& r : hang.ranks) {
+    if (waits_for_others(r)) continue;
+    (r.stack.empty() ? unread : unplaced).push_back(r.rank);
+  }
+  if (unread.empty() && unplaced.empty()) {
+    return "every rank waits for the others (in a collective, the store or for the GPU); the rank they wait for "
+           "may be on another node, or gone";
+  }
+  std::string out = "no rank is known to be off";
+  if (!unplaced.empty())
+    out += "; " + plural(unplaced) + " blocked where " + (unplaced.size() == 1 ? "its stack does" : "their stacks do") +
+           " not say";
+  if (!unread.empty()) out += "; " + plural(unread) + " without a stack";
   return out;
 }
 
@@ -75,6 +102,7 @@ std::string stacks_text(const Hang& hang, const std::string& host, const std::st
     if (r.stack.empty()) {
       text = "    (no stack: " + (r.stack_error.empty() ? std::string("not read") : r.stack_error) + ")\n";
     }
+    if (r.read_pid) text += "    (read in the Python process under the rank's own)\n";
     for (const auto& line : r.stack) {
       if (line.empty()) continue;
       text += (line.starts_with("thread ") ? "    " : "      ") + line + "\n";
@@ -113,10 +141,7 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
     out += fmt::format("dtlaunch: suspect rank {} on {} (pid {}): {}\n", r.rank, r.host.empty() ? host : r.host, r.pid,
                        frames.empty() ? r.doing : frames.front());
   } else {
-    out += "dtlaunch: no suspect on " + host +
-           ": every rank here waits in a collective, the store or for the GPU (the rank they wait for may be on "
-           "another node)"
-           ", or its stack could not be read\n";
+    out += "dtlaunch: no suspect: " + no_suspect_reason(hang) + "\n";
   }
   return out;
 }
@@ -132,10 +157,12 @@ std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, co
     const auto& r = hang.ranks[i];
     out += fmt::format(
         "{}{{\"rank\": {}, \"host\": {}, \"local_rank\": {}, \"pid\": {}, \"state\": {}, \"cpu_percent\": {:.1f}, "
-        "\"quiet_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"stack_error\": {}, \"stack_by\": {}, \"stack\": [",
+        "\"quiet_s\": {:.1f}, \"busy\": {}, \"doing\": {}, \"traceback\": {}, \"stack_error\": {}, "
+        "\"stack_by\": {}, \"stack\": [",
         i ? ", " : "", r.rank, json_string(r.host.empty() ? host : r.host), r.local_rank, r.pid,
         json_string(std::string(1, r.state)), r.cpu_percent, r.quiet_s, r.busy ? "true" : "false", json_string(r.doing),
-        json_string(r.stack_error), json_string(r.stack_by.empty() ? how : r.stack_by));
+        r.traceback.empty() ? std::string("null") : json_string(r.traceback), json_string(r.stack_error),
+        json_string(r.stack_by.empty() ? how : r.stack_by));
     for (size_t j = 0; j < r.stack.size(); ++j) out += (j ? ", " : "") + json_string(r.stack[j]);
     out += "], \"native\": [";
     for (size_t j = 0; j < r.native.size(); ++j) out += (j ? ", " : "") + json_string(r.native[j]);
@@ -153,6 +180,7 @@ std::string hang_part(const Hang& hang, const std::string& host, const std::stri
     for (auto& r : cut.ranks) {
       r.stack = trimmed(r.stack, main_only, frames);
       r.native.clear();  // what it says is in `doing`
+      if (main_only) r.traceback = tail(r.traceback, 2048);
       if (r.host.empty()) r.host = host;
     }
     out = hang_report_json(cut, std::nullopt, host, how, 0);
@@ -163,6 +191,7 @@ std::string hang_part(const Hang& hang, const std::string& host, const std::stri
     r.stack.clear();
     r.native.clear();
     r.stack_error = "cut: too many ranks on this node for one part";
+    r.traceback = tail(r.traceback, 256);  // the exception's line still names the suspect
     if (r.host.empty()) r.host = host;
   }
   return hang_report_json(bare, std::nullopt, host, how, 0);
@@ -188,6 +217,7 @@ std::optional<Hang> parse_hang_part(const std::string& json) {
       r.quiet_s = n["quiet_s"].as<double>(0);
       r.busy = n["busy"].as<bool>(false);
       r.doing = n["doing"].as<std::string>("");
+      if (n["traceback"] && n["traceback"].IsScalar()) r.traceback = n["traceback"].as<std::string>("");
       r.stack_error = n["stack_error"].as<std::string>("");
       r.stack_by = n["stack_by"].as<std::string>("");
       if (n["stack"] && n["stack"].IsSequence()) {

@@ -47,6 +47,8 @@ struct HungRank {
   std::vector<std::string> native;  ///< the same with native frames, where they were read (CUDA ranks)
   std::string stack_by;             ///< the tool that read it, where it is not the report's own
   std::string host;                 ///< the node it runs on, where it is not the report's own
+  std::string traceback;            ///< its last output was this traceback, and it lives on
+  pid_t read_pid = 0;               ///< the process read, where not the rank's own (the Python under a wrapper)
 };
 
 struct Hang {

@@ -27,6 +27,7 @@ using node::ProcUsage;
 namespace {
 
 constexpr auto kTick = std::chrono::seconds(1);
+constexpr auto kStackTimeout = std::chrono::seconds(10);
 constexpr auto kOnDemandWindow = std::chrono::milliseconds(250);  ///< `dtlaunch stacks`'s CPU window
 
 }  // namespace
@@ -56,23 +57,27 @@ HangWatch::HangWatch(asio::io_context& io, WatchSettings settings, std::function
       watch_(std::chrono::milliseconds(static_cast<long>(settings_.hang_timeout_s * 1000))),
       alive_(std::make_shared<bool>(true)),
       socket_(io, [this](StacksSocket::Reply reply) { answer(reply); }) {
-  if (settings_.hang_timeout_s <= 0 || !settings_.python_workers) return;
-  no_ptrace_ = ptrace_denied();
-  if (no_ptrace_.empty()) return;
+  tools_ = find_stack_tools(settings_.exec_path);
+  if (settings_.hang_timeout_s <= 0) return;
+  tools_.no_ptrace = ptrace_denied();
+  if (tools_.no_ptrace.empty() && !tools_.py_spy.empty()) return;
+  // Python ranks' stacks come from their own faulthandler then: decided now, said once.
   const auto dir = settings_.run_dir / "python";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
+  const std::string why_hook = !tools_.no_ptrace.empty() ? "ptrace is not allowed here (" + tools_.no_ptrace + ")"
+                                                         : "py-spy is not installed (pip install py-spy)";
   if (auto why = config::write_file_atomically((dir / "sitecustomize.py").string(), std::string(site_customize()));
       !why.empty()) {
-    spdlog::warn("no stacks of hung ranks: ptrace is not allowed here ({}), and {}", no_ptrace_, why);
-    no_ptrace_.clear();
+    spdlog::warn("no Python stacks of hung ranks: {}, and {}", why_hook, why);
     return;
   }
   site_dir_ = dir.string();
+  tools_.hook = true;
   spdlog::info(
-      "ptrace is not allowed here ({}): a hung rank's stack comes from Python's faulthandler, which the "
-      "workers register on signal {} (sitecustomize.py in {}, first on their PYTHONPATH)",
-      no_ptrace_, stacks_signal(), site_dir_);
+      "{}: a hung Python rank's stack comes from its faulthandler, which the workers register on signal {} "
+      "(sitecustomize.py in {}, first on their PYTHONPATH)",
+      why_hook, stacks_signal(), site_dir_);
 }
 
 EnvPairs HangWatch::worker_variables(const std::string& stacks_file,
@@ -83,16 +88,18 @@ EnvPairs HangWatch::worker_variables(const std::string& stacks_file,
           {"DTLAUNCH_STACKS_FILE", stacks_file}};
 }
 
-std::map<pid_t, std::string> HangWatch::stacks_files() const {
-  std::map<pid_t, std::string> files;
-  if (site_dir_.empty()) return files;
-  for (const auto& p : probes_()) files[p.pid] = p.stacks_file;
-  return files;
+void HangWatch::cancel_reading() {
+  if (cancel_) {
+    const uint64_t one = 1;
+    ssize_t ignored = ::write(cancel_->fd, &one, sizeof one);
+    (void)ignored;
+  }
 }
 
 HangWatch::~HangWatch() {
   *alive_ = false;
-  if (reader_.joinable()) reader_.join();  // at most kStackTimeout: its handler never runs now
+  cancel_reading();                        // the readers are killed, not waited for
+  if (reader_.joinable()) reader_.join();  // its handler never runs now
 }
 
 void HangWatch::answer(const StacksSocket::Reply& reply) {
@@ -197,6 +204,7 @@ std::optional<std::pair<int, std::string>> HangWatch::job_report(const std::vect
   if (!settings_.on_hang_fail) return std::nullopt;
   // The suspect fails the job; without one, the lowest rank stands for it.
   const auto& r = hang.ranks[suspect.value_or(0)];
+  if (!suspect) spdlog::warn("no suspect: rank {}, the lowest, stands for the job's failure (--on_hang=fail)", r.rank);
   return std::pair{r.rank, failure_message(hang, suspect ? &r : nullptr)};
 }
 
@@ -219,10 +227,17 @@ void HangWatch::write_report(const std::string& json) {
 }
 
 std::string HangWatch::failure_message(const Hang& hang, const HungRank* suspect) {
+  // A rank alive after its traceback failed with that exception: it is the root cause's message.
+  if (suspect && !suspect->traceback.empty()) {
+    std::string tb = suspect->traceback;
+    while (!tb.empty() && tb.back() == '\n') tb.pop_back();
+    return tb;
+  }
   return "hang: " +
          (hang.cause.empty() ? "no rank printed for " + std::to_string(static_cast<long>(hang.quiet_s)) + " s"
                              : hang.cause) +
-         " (" + (suspect ? "suspect: " + suspect->doing : std::string("no suspect")) + ")";
+         " (" +
+         (suspect ? "suspect: " + suspect->doing : std::string("no suspect: the lowest rank stands for the job")) + ")";
 }
 
 void HangWatch::signal(std::string cause) {
@@ -257,6 +272,7 @@ void HangWatch::stop() {
   watching_ = false;
   ++generation_;
   timer_.cancel();
+  cancel_reading();  // a failure or a signal ends the job now, whatever a reader does
 }
 
 void HangWatch::tick() {
@@ -286,22 +302,37 @@ std::vector<RankSample> HangWatch::samples(const std::vector<Probe>& probes) {
 
 void HangWatch::read_stacks(Hang hang, bool current, std::function<void(Hang)> done) {
   reading_ = true;
-  if (!stack_reader_) stack_reader_ = find_stack_reader(settings_.python_workers, settings_.exec_path);
   if (reader_.joinable()) reader_.join();
+  cancel_ = std::make_shared<EventFd>();
+  std::map<pid_t, std::string> hook_files;
+  for (const auto& p : probes_()) {
+    hook_files[p.pid] = p.stacks_file;
+    for (auto& r : hang.ranks) {
+      if (r.pid == p.pid) r.traceback = p.traceback;
+    }
+  }
+  const ReadLimits limits{kStackTimeout, cancel_->fd, settings_.cgroup_fd, settings_.cgroup_procs_fd};
   reader_ = std::jthread([this, hang = std::move(hang), done = std::move(done), alive = alive_, current,
-                          generation = generation_, reader = *stack_reader_, python = settings_.python_workers,
-                          files = stacks_files()]() mutable {
+                          generation = generation_, tools = tools_, limits, hook_files, cancel = cancel_]() mutable {
     std::vector<std::future<Stacks>> reads;
     for (const auto& r : hang.ranks) {
-      const std::string fallback = files.contains(r.pid) ? files.at(r.pid) : "";
-      reads.push_back(std::async(std::launch::async, read_stacks_of, reader, python, r.pid, fallback));
+      if (r.state == 'T' || r.state == 't') {  // a stopped process answers no reader: eu-stack waits for ever
+        reads.push_back(std::async(std::launch::deferred, [] {
+          return Stacks{{}, {}, "it is stopped (SIGSTOP, or a debugger holds it): not read", "", 0};
+        }));
+        continue;
+      }
+      const std::string file = hook_files.contains(r.pid) ? hook_files.at(r.pid) : "";
+      reads.push_back(std::async(std::launch::async, read_rank, std::cref(tools), r.pid, file, limits));
     }
     for (size_t i = 0; i < reads.size(); ++i) {
       auto read = reads[i].get();
-      hang.ranks[i].stack = std::move(read.stack);
-      hang.ranks[i].native = std::move(read.native);
-      hang.ranks[i].stack_error = std::move(read.error);
-      hang.ranks[i].stack_by = std::move(read.by);
+      auto& r = hang.ranks[i];
+      r.stack = std::move(read.stack);
+      r.native = std::move(read.native);
+      r.stack_error = std::move(read.error);
+      r.stack_by = std::move(read.by);
+      r.read_pid = read.read_pid;
     }
     if (!*alive) return;
     asio::post(io_, [this, hang = std::move(hang), done = std::move(done), alive, current, generation]() mutable {
@@ -313,9 +344,8 @@ void HangWatch::read_stacks(Hang hang, bool current, std::function<void(Hang)> d
 }
 
 std::string HangWatch::how() const {
-  if (!site_dir_.empty()) return "faulthandler";
-  if (!stack_reader_ || stack_reader_->empty()) return "none";
-  return settings_.python_workers ? "py-spy" : "eu-stack";
+  if (tools_.hook) return "faulthandler";
+  return settings_.python_workers && !tools_.py_spy.empty() ? "py-spy" : "eu-stack";
 }
 
 void HangWatch::report(Hang hang, const std::vector<Probe>& probes) {
@@ -326,6 +356,7 @@ void HangWatch::report(Hang hang, const std::vector<Probe>& probes) {
   if (!settings_.on_hang_fail) return;
   // The suspect fails the group; without one, the lowest rank stands for the job.
   const auto& r = hang.ranks[suspect.value_or(0)];
+  if (!suspect) spdlog::warn("no suspect: rank {}, the lowest, stands for the job's failure (--on_hang=fail)", r.rank);
   for (const auto& p : probes) {
     if (p.pid == r.pid) return fail_(p, failure_message(hang, suspect ? &r : nullptr));
   }

@@ -7,7 +7,9 @@
 // every rank's stack now.
 #pragma once
 
+#include <sys/eventfd.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <functional>
@@ -24,17 +26,20 @@
 
 #include "base/env.h"
 #include "watch/hang_state.h"
+#include "watch/stack_reader.h"
 #include "watch/stacks_socket.h"
 
 namespace dtl::watch {
 
 /// What the watch takes from the launch.
 struct WatchSettings {
-  double hang_timeout_s = 0;  ///< 0: no watch
-  bool on_hang_fail = false;  ///< the suspect fails the group (--on_hang=fail)
-  bool python_workers = true;
+  double hang_timeout_s = 0;      ///< 0: no watch
+  bool on_hang_fail = false;      ///< the suspect fails the group (--on_hang=fail)
+  bool python_workers = true;     ///< the program is Python (not --no_python): for messages only
   std::string exec_path;          ///< the workers' program: py-spy may lie beside an interpreter
-  std::filesystem::path run_dir;  ///< the run's log folder: reports, and the no-ptrace hook
+  std::filesystem::path run_dir;  ///< the run's log folder: reports, and the faulthandler hook
+  int cgroup_fd = -1;             ///< the job's cgroup, where stack readers run too; -1: none
+  int cgroup_procs_fd = -1;
 };
 
 class HangWatch {
@@ -45,7 +50,8 @@ class HangWatch {
     pid_t pid = 0;
     HangClock::time_point last_output;
     std::string error_file;   ///< its TORCHELASTIC_ERROR_FILE, read for the failure's traceback
-    std::string stacks_file;  ///< its DTLAUNCH_STACKS_FILE, where ptrace is not allowed
+    std::string stacks_file;  ///< its DTLAUNCH_STACKS_FILE, where the faulthandler hook writes
+    std::string traceback;    ///< its last output was this traceback (watch/traceback.h)
   };
   /// `print`: text for dtlaunch's stderr. `probes`: the running workers now. `fail`: with
   /// --on_hang=fail, the suspect (or the rank standing for the job) and why it fails.
@@ -99,9 +105,9 @@ class HangWatch {
   std::pair<Hang, int> merged(const std::vector<std::string>& parts) const;
   void write_report(const std::string& json);
   static std::string failure_message(const Hang& hang, const HungRank* suspect);
-  std::string how() const;                            ///< which tool reads the stacks
-  std::map<pid_t, std::string> stacks_files() const;  ///< each rank's faulthandler file, where ptrace is not allowed
-  void answer(const StacksSocket::Reply& reply);      ///< `dtlaunch stacks`
+  std::string how() const;                        ///< which tool reads the stacks
+  void cancel_reading();                          ///< the readers of a reading under way are killed
+  void answer(const StacksSocket::Reply& reply);  ///< `dtlaunch stacks`
 
   boost::asio::io_context& io_;
   const WatchSettings settings_;
@@ -115,10 +121,18 @@ class HangWatch {
   int attempt_ = 0;
   int reports_ = 0;
   bool wrote_report_ = false;
-  unsigned generation_ = 0;                  ///< a stack reading from an earlier attempt is dropped
-  std::optional<std::string> stack_reader_;  ///< found at the first hang; "" when there is none
-  std::string no_ptrace_;                    ///< why a stack reader may not read the workers here; "" when it may
-  std::string site_dir_;                     ///< the folder of dtlaunch's sitecustomize.py, where ptrace is not allowed
+  unsigned generation_ = 0;  ///< a stack reading from an earlier attempt is dropped
+  StackTools tools_;         ///< how stacks are read here, decided at start
+  std::string site_dir_;     ///< the folder of dtlaunch's sitecustomize.py, with the hook
+  /// An eventfd the current reading's readers watch: written, they end at once.
+  struct EventFd {
+    EventFd() : fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+    ~EventFd() {
+      if (fd >= 0) ::close(fd);
+    }
+    int fd;
+  };
+  std::shared_ptr<EventFd> cancel_;
   std::optional<JobWide> job_wide_;
   std::string pending_cause_;  ///< a signalled hang's cause, for this node's next part
   std::shared_ptr<bool> alive_;

@@ -16,6 +16,37 @@ constexpr const char* kGpu = "waiting for the GPU";
 
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
+/// What waiting for other ranks looks like, for native frames (a function's name) and Python frames
+/// (a file of torch's or DeepSpeed's own: a user's script may be named nccl_test.py), lower case.
+/// A rank in one of these waits for the others, and is never the suspect.
+struct Wait {
+  const char* doing;
+  std::vector<const char*> native;
+  std::vector<const char*> python;
+};
+
+const std::vector<Wait>& waits() {
+  static const std::vector<Wait> table{
+      // NCCL's collectives are asynchronous: a rank waiting for one waits in a CUDA synchronisation
+      // (.item(), .cpu(), torch.cuda.synchronize()), spinning on a CPU.
+      {kGpu,
+       {"streamsynchronize", "devicesynchronize", "ctxsynchronize", "eventsynchronize", "_local_scalar_dense_cuda"},
+       {"torch/cuda/__init__.py:", "torch/cuda/streams.py:"}},
+      {kStore,
+       {"c10d::tcpstore", "c10d::store::", "c10d::prefixstore", "c10d::filestore", "c10d::hashstore",
+        "c10d::detail::tcpclient"},
+       {"torch/distributed/rendezvous.py:", "torch/distributed/elastic/rendezvous/",
+        "torch/distributed/elastic/utils/store.py:"}},
+      // c10d's Work::wait and the process groups' own waits, Gloo's and NCCL's.
+      {kCollective,
+       {"c10d::work::wait", "c10d::processgroup", "c10d::backend", "c10d::ops::", "c10d::reducer", "gloo::", "nccl"},
+       {"torch/distributed/distributed_c10d.py:", "torch/distributed/c10d_logger.py:",
+        "torch/nn/parallel/distributed.py:", "torch/distributed/fsdp/", "torch/distributed/_functional_collectives",
+        "torch/distributed/algorithms/", "deepspeed/comm/"}},
+  };
+  return table;
+}
+
 }  // namespace
 
 std::vector<std::string> main_thread(const std::vector<std::string>& stack) {
@@ -36,56 +67,68 @@ std::vector<std::string> main_thread(const std::vector<std::string>& stack) {
 
 std::string classify(const std::vector<std::string>& stack) {
   for (const auto& frame : main_thread(stack)) {
-    // "function (file:line)" from py-spy, a bare function from eu-stack. Only the functions of native
-    // code and the files of torch's own Python code count: a script of the user's may be named
-    // nccl_test.py.
+    // "function (file:line)" from py-spy, a bare function from eu-stack, "function (library)" from
+    // py-spy's native frames.
     std::string lower = frame;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
     const auto open = lower.rfind(" (");
     const std::string function = lower.substr(0, open);
     const std::string file = open == std::string::npos ? "" : lower.substr(open + 2);
     const bool python = contains(file, ".py:");
-    const bool torch_distributed = python && contains(file, "torch/distributed/");
-    // NCCL's collectives are asynchronous: a rank waiting for one waits in a CUDA synchronisation
-    // (.item(), .cpu(), torch.cuda.synchronize()), spinning on a CPU.
-    if (!python && (contains(function, "streamsynchronize") || contains(function, "devicesynchronize") ||
-                    contains(function, "ctxsynchronize") || contains(function, "eventsynchronize") ||
-                    contains(function, "_local_scalar_dense_cuda"))) {
-      return kGpu;
+    for (const auto& w : waits()) {
+      const auto& parts = python ? w.python : w.native;
+      const std::string& where = python ? file : function;
+      if (std::any_of(parts.begin(), parts.end(), [&](const char* part) { return contains(where, part); })) {
+        return w.doing;
+      }
     }
-    if ((torch_distributed && (contains(function, "store") || contains(file, "store"))) ||
-        (!python && contains(function, "c10d::") && contains(function, "store"))) {
-      return kStore;
-    }
-    if ((python && (contains(file, "torch/distributed/distributed_c10d.py") ||
-                    contains(file, "torch/nn/parallel/distributed.py"))) ||
-        (!python &&
-         (contains(function, "gloo::") || contains(function, "nccl") || contains(function, "processgroup")))) {
-      return kCollective;
-    }
+    // torch's store calls from Python, wherever they are made from torch.distributed
+    if (python && contains(file, "torch/distributed/") && contains(function, "store")) return kStore;
     if (python && contains(file, "torch/utils/data/")) return "in a data loader";
   }
   return "";
 }
 
+bool waits_for_others(const HungRank& r) { return r.doing == kCollective || r.doing == kStore || r.doing == kGpu; }
+
 std::optional<size_t> find_suspect(Hang& hang) {
   for (auto& r : hang.ranks) {
-    r.doing = classify(r.native.empty() ? r.stack : r.native);
-    if (r.doing.empty()) r.doing = r.busy ? "running" : r.state == 'D' ? "blocked in the kernel (D)" : "blocked";
+    r.doing = classify(r.stack);
+    if (r.doing.empty() && !r.native.empty()) r.doing = classify(r.native);
+    if (!r.traceback.empty()) {
+      r.doing = (r.doing.empty() ? std::string("alive") : r.doing) + " after its traceback";
+    } else if (r.doing.empty()) {
+      r.doing = r.state == 'T' || r.state == 't' ? "stopped (T)"
+                : r.busy                         ? "running"
+                : r.state == 'D'                 ? "blocked in the kernel (D)"
+                                                 : "blocked";
+    }
   }
   return choose_suspect(hang);
 }
 
 std::optional<size_t> choose_suspect(const Hang& hang) {
-  const auto waits = [](const HungRank& r) { return r.doing == kCollective || r.doing == kStore || r.doing == kGpu; };
-  for (bool busy : {true, false}) {
-    for (size_t i = 0; i < hang.ranks.size(); ++i) {
-      const auto& r = hang.ranks[i];
-      // Without its stack an idle rank may be waiting like the others: it is no suspect.
-      if (r.busy == busy && !waits(r) && (busy || !r.stack.empty())) return i;
+  const auto& ranks = hang.ranks;
+  const auto first = [&](auto&& off) -> std::optional<size_t> {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (off(ranks[i])) return i;
     }
+    return std::nullopt;
+  };
+  // What is known to be off, surest first: a rank that printed its traceback and lives on, one
+  // stopped (SIGSTOP, a debugger), one that runs while the others wait.
+  if (auto i = first([](const HungRank& r) { return !r.traceback.empty(); })) return i;
+  if (auto i = first([](const HungRank& r) { return r.state == 'T' || r.state == 't'; })) return i;
+  // A rank whose stack places it outside any wait is off only beside ranks seen waiting: where no
+  // rank is, the stacks may just be in waits the table does not know, and naming one would send
+  // the user to read a rank that is fine.
+  const bool some_wait = std::any_of(ranks.begin(), ranks.end(), waits_for_others);
+  if (auto i =
+          first([&](const HungRank& r) { return r.busy && !waits_for_others(r) && (!r.stack.empty() || some_wait); })) {
+    return i;
   }
-  return std::nullopt;
+  if (!some_wait) return std::nullopt;
+  return first([](const HungRank& r) { return !waits_for_others(r) && !r.stack.empty(); });
 }
 
 std::optional<std::vector<std::string>> parse_py_spy(const std::string& json) {

@@ -17,13 +17,17 @@ std::vector<std::string> main_thread(const std::vector<std::string>& stack);
 /// "waiting for the GPU" (native frames only), "in a data loader", or "" when none of them.
 std::string classify(const std::vector<std::string>& stack);
 
-/// Fills each rank's `doing` (from its native stack where read, else its stack, else "running" when
-/// busy, "blocked" when not) and returns the suspect's index in hang.ranks: the first rank that
-/// waits neither in a collective, nor in the store, nor for the GPU, busy ones first; nullopt when
-/// every rank waits.
+/// Fills each rank's `doing` (what its stack says, else its native stack's, else "stopped (T)",
+/// "running" when busy, "blocked" when not; "... after its traceback" for a rank whose last output
+/// was a traceback) and returns the suspect's index in hang.ranks (choose_suspect).
 std::optional<size_t> find_suspect(Hang& hang);
-/// The same choice over ranks whose `doing` is filled already (other nodes' parts).
+/// The suspect over ranks whose `doing` is filled (other nodes' parts too): a rank alive after its
+/// traceback; else one stopped; else one running outside any wait; else, where some rank is seen
+/// waiting for the others, one whose stack places it outside any wait. Never a rank that waits in a
+/// collective, the store or for the GPU; nullopt when no rank is known to be off.
 std::optional<size_t> choose_suspect(const Hang& hang);
+/// Whether the rank waits for the others: in a collective, in the store, or for the GPU.
+bool waits_for_others(const HungRank& r);
 
 /// py-spy's `dump --json` output as stacks: "thread NAME", then its frames, "name (file:line)",
 /// innermost first, threads apart by an empty line. nullopt when it is not py-spy's JSON.

@@ -12,6 +12,7 @@ SUMMARY = re.compile(
     r"  rank      : (?P<rank>\d+) \(local_rank: (?P<local_rank>\d+)\)\n"
     r"  exitcode  : (?P<exitcode>-?\d+) \(pid: (?P<pid>\d+)\)\n"
     r"  error_file: (?P<error_file>.+)\n"
+    r"(?:  peak_rss  : (?P<peak_rss>\d+(?:\.\d)? [KMG]iB)\n)?"
     r"  traceback : (?P<traceback>(?:.|\n)*?)\n(?P=border)$", re.M)
 
 

@@ -21,6 +21,12 @@ def dpkg_status(package):
 
 
 class DebTest(unittest.TestCase):
+    def test_its_description_says_how_to_get_py_spy_which_debian_does_not_package(self):
+        fields = subprocess.run(["dpkg-deb", "-f", DEB, "Description", "Suggests"], capture_output=True, text=True,
+                                check=True).stdout
+        self.assertIn("pip install py-spy", fields)
+        self.assertRegex(fields, r"Suggests: .*elfutils")
+
     def test_installs_runs_from_usr_bin_and_leaves_nothing_when_removed(self):
         fields = subprocess.run(["dpkg-deb", "-f", DEB, "Package", "Depends"], capture_output=True, text=True,
                                 check=True).stdout

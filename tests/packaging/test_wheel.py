@@ -1,6 +1,7 @@
 """The pip wheel (scripts/package.sh wheel) installed into a fresh venv, offline: `dtlaunch` is on the
 venv's PATH, needs nothing but glibc, runs a fake-GPU job, and `python -m dtlaunch` works too; the
-wheel carries the licence, as the .deb does.
+wheel carries the licence, as the .deb does. It depends on py-spy: installed from PyPI into a fresh
+venv with Debian's torch, the wheel alone reads a hung rank's Python frames.
 Usage: test_wheel.py WHEEL"""
 import email.parser
 import glob
@@ -24,7 +25,7 @@ class WheelTest(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="dtl_wheel_")
         cls.venv = os.path.join(cls.tmp.name, "venv")
         subprocess.run([sys.executable, "-m", "venv", cls.venv], check=True)
-        subprocess.run([os.path.join(cls.venv, "bin", "pip"), "install", "-q", "--no-index",
+        subprocess.run([os.path.join(cls.venv, "bin", "pip"), "install", "-q", "--no-index", "--no-deps",
                         "--disable-pip-version-check", WHEEL], check=True)
         cls.exe = os.path.join(cls.venv, "bin", "dtlaunch")
 
@@ -67,6 +68,39 @@ class WheelTest(unittest.TestCase):
         installed = glob.glob(os.path.join(self.venv, "lib", "python3*", "site-packages", "dtlaunch-*.dist-info",
                                            "**", "LICENSE"), recursive=True)
         self.assertEqual(len(installed), 1, installed)  # pip installs it with the package
+
+    def test_the_wheel_depends_on_py_spy(self):
+        with zipfile.ZipFile(WHEEL) as wheel:
+            [meta] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+            metadata = email.parser.Parser().parsestr(wheel.read(meta).decode())
+        self.assertTrue(any(r.startswith("py-spy") for r in metadata.get_all("Requires-Dist") or []), metadata)
+
+    def test_a_fresh_venv_with_only_the_wheel_reads_a_hung_rank_s_python_frames(self):
+        if subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed"], capture_output=True).returncode:
+            self.skipTest("no Debian torch (python3-torch) for the workers")
+        venv = os.path.join(self.tmp.name, "users")
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv], check=True)
+        pip = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check",
+                              WHEEL], capture_output=True, text=True, timeout=300)
+        if pip.returncode != 0:
+            self.skipTest(f"py-spy could not be installed from PyPI: {pip.stderr.strip()[-200:]}")
+        script = os.path.join(self.tmp.name, "hang.py")
+        with open(script, "w") as f:
+            f.write("import time, torch, torch.distributed as dist\n"
+                    "dist.init_process_group('gloo')\n"
+                    "t = torch.ones(4)\n"
+                    "dist.all_reduce(t)\n"
+                    "print('step', flush=True)\n"
+                    "if dist.get_rank() == 1:\n"
+                    "    time.sleep(3600)\n"
+                    "dist.all_reduce(t)\n")
+        env = {"PATH": os.path.join(venv, "bin") + ":/usr/bin:/bin", "HOME": self.tmp.name, "OMP_NUM_THREADS": "1"}
+        r = subprocess.run([os.path.join(venv, "bin", "dtlaunch"), "--nproc_per_node=2", "--hang_timeout=6",
+                            "--on_hang=fail", "--shutdown_timeout=3", script], env=env, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("stacks (py-spy):", r.stderr)
+        self.assertRegex(r.stderr, r"dtlaunch: suspect rank 1 on \S+ \(pid \d+\): <module> \(hang\.py:7\)")
 
     def test_the_man_page_and_completion_are_under_the_venv_share(self):
         for path in ["share/man/man1/dtlaunch.1", "share/bash-completion/completions/dtlaunch",

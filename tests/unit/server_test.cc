@@ -8,6 +8,8 @@
 #include <functional>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
 
 #include "rendezvous/client.h"
@@ -182,4 +184,31 @@ TEST_CASE("every node's stacks: a node that does not answer is named as missing 
   clients[0]->send(StacksWanted{9, 0});
   REQUIRE(run_until(io, [&] { return end.has_value(); }));
   CHECK(end->missing == "node-1 (127.0.0.1)");
+}
+
+TEST_CASE("with a shared port, a peer that never spoke goes to the other protocol at the deadline, losing nothing") {
+  // torch 1.13's TCPStore opens a connection for its watched keys and says nothing on it: dropped,
+  // its worker spun on the closed socket, and the job's hang went unseen.
+  asio::io_context io;
+  auto o = options();
+  o.admission->deadline = 300ms;
+  o.liveness.interval = 100ms;
+  std::optional<tcp::socket> taken;
+  std::vector<uint8_t> first;
+  o.shared_port = ServerOptions::SharedPort{[](const uint8_t*, size_t) { return std::optional<bool>(true); },
+                                            [&](tcp::socket s, const tcp::endpoint&, std::vector<uint8_t> bytes) {
+                                              taken.emplace(std::move(s));
+                                              first = std::move(bytes);
+                                            },
+                                            8, 4};
+  Server server(io, o);
+  auto socks = stalled(io, server.port(), 1);
+  REQUIRE(run_until(io, [&] { return taken.has_value(); }));
+  CHECK(first.empty());
+  CHECK(server.stats().unauthenticated == 0);
+  // what the peer says now reaches the protocol that took it
+  asio::write(socks[0], asio::buffer(std::string("watch")));
+  std::string got(5, '\0');
+  asio::read(*taken, asio::buffer(got));
+  CHECK(got == "watch");
 }

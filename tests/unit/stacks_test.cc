@@ -126,3 +126,76 @@ Current thread 0x00007f2a7d1b8740 (most recent call first):
   CHECK(parse_faulthandler("").empty());
   CHECK(parse_faulthandler("  File \"x.py\", line 1 in f\n").empty());  // no thread line: not a dump
 }
+
+namespace {
+
+HungRank rank_with(int rank, std::vector<std::string> stack, bool busy = false, char state = 'S') {
+  HungRank r;
+  r.rank = r.local_rank = rank;
+  r.pid = 100 + rank;
+  r.state = state;
+  r.busy = busy;
+  r.cpu_percent = busy ? 99 : 0;
+  r.stack = std::move(stack);
+  return r;
+}
+
+/// eu-stack's main thread of a Python rank waiting in all_reduce, as Debian's torch 1.13 shows it.
+const std::vector<std::string> kNativeAllReduce{"thread 1",
+                                                "__futex_abstimed_wait_common",
+                                                "pthread_cond_wait@@GLIBC_2.3.2",
+                                                "c10d::Work::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >)",
+                                                "0x00007f94d75a9b4e",
+                                                "_PyEval_EvalFrameDefault",
+                                                "Py_RunMain"};
+
+}  // namespace
+
+TEST_CASE("hang stacks: c10d's Work::wait is a collective, in native frames as in Python ones") {
+  CHECK(classify(kNativeAllReduce) == "in a collective");
+  CHECK(classify({"thread 1", "__poll", "c10d::TCPStore::doWait(c10::ArrayRef<std::string>)"}) == "in the store");
+  CHECK(classify({"thread 1", "c10d::ProcessGroupNCCL::WorkNCCL::synchronize()"}) == "in a collective");
+  CHECK(classify({"thread 1", "__futex_abstimed_wait_common", "std::condition_variable::wait"}).empty());
+}
+
+TEST_CASE("hang stacks: a waiting rank is never the suspect, and where no rank is seen waiting none is named") {
+  // dtl-train: rank 0 in Work::wait (native), rank 1 stopped with SIGSTOP
+  Hang h;
+  h.ranks = {rank_with(0, kNativeAllReduce), rank_with(1, {"thread 1", "__GI___clock_nanosleep"}, false, 'T')};
+  CHECK(find_suspect(h) == 1u);
+  CHECK(h.ranks[1].doing == "stopped (T)");
+  // both blocked where their stacks do not say: no suspect, and why
+  Hang unknown;
+  unknown.ranks = {rank_with(0, {"thread 1", "__futex_abstimed_wait_common", "my::wait()"}),
+                   rank_with(1, {"thread 1", "__GI___clock_nanosleep"})};
+  CHECK_FALSE(find_suspect(unknown));
+  const auto text = hang_report(unknown, std::nullopt, "node-a", "eu-stack", 10);
+  CHECK(
+      text.find("dtlaunch: no suspect: no rank is known to be off; ranks 0-1 blocked where their stacks do not say") !=
+      std::string::npos);
+  // every rank waits
+  Hang waiting;
+  waiting.ranks = {rank_with(0, kNativeAllReduce), rank_with(1, kNativeAllReduce)};
+  CHECK_FALSE(find_suspect(waiting));
+  CHECK(hang_report(waiting, std::nullopt, "node-a", "eu-stack", 10)
+            .find("dtlaunch: no suspect: every rank waits for the others") != std::string::npos);
+  // a busy rank without a stack is named only beside a rank seen waiting
+  Hang unread;
+  unread.ranks = {rank_with(0, {}), rank_with(1, {}, true)};
+  CHECK_FALSE(find_suspect(unread));
+  unread.ranks[0] = rank_with(0, kNativeAllReduce);
+  CHECK(find_suspect(unread) == 1u);
+}
+
+TEST_CASE("hang stacks: a rank alive after its traceback is the suspect, before any other") {
+  Hang h;
+  h.ranks = {rank_with(0, {}, true), rank_with(1, {"thread 1", "__GI___clock_nanosleep"})};
+  h.ranks[1].traceback = "Traceback (most recent call last):\n  File \"hang.py\", line 10\nRuntimeError: rank 1\n";
+  CHECK(find_suspect(h) == 1u);
+  CHECK(h.ranks[1].doing == "alive after its traceback");
+  // it travels in a node's part to the job's report
+  auto back = parse_hang_part(hang_part(h, "node-b", "py-spy", 1 << 16));
+  REQUIRE(back);
+  CHECK(back->ranks[1].traceback == h.ranks[1].traceback);
+  CHECK(choose_suspect(*back) == 1u);
+}

@@ -1,4 +1,4 @@
-#include "launcher/spawn.h"
+#include "node/spawn.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -19,7 +19,7 @@
 
 #include "base/posix.h"
 
-namespace dtl::launcher {
+namespace dtl::node {
 namespace {
 
 
@@ -29,22 +29,33 @@ struct CloneArgs {
 };
 constexpr uint64_t kCloneIntoCgroup = 0x200000000ULL;  // Linux 5.7+
 
+constexpr uint64_t kClonePidfd = 0x1000;            // Linux 5.2+
+
 /// fork(), starting the child in the cgroup `cgroup_fd` where one is given (clone3's
 /// CLONE_INTO_CGROUP): moving a running process there instead waits for an RCU grace period, about
-/// 17 ms per worker. `placed` says whether it worked (a seccomp filter may refuse clone3).
-pid_t fork_into(int cgroup_fd, bool& placed) {
+/// 17 ms per worker. `placed` says whether it worked (a seccomp filter may refuse clone3). A `quiet`
+/// child sends no signal when it exits; `pidfd`, where given, gets a pidfd of the child or -1.
+pid_t fork_into(int cgroup_fd, bool quiet, int* pidfd, bool& placed) {
   placed = false;
-  if (cgroup_fd >= 0) {
+  int fd = -1;
+  if (pidfd) *pidfd = -1;
+  for (bool into_cgroup : {true, false}) {
+    if (into_cgroup && cgroup_fd < 0) continue;
+    if (!into_cgroup && !quiet && !pidfd) break;
     CloneArgs args{};
-    args.flags = kCloneIntoCgroup;
-    args.exit_signal = SIGCHLD;
-    args.cgroup = static_cast<uint64_t>(cgroup_fd);
+    args.flags = (into_cgroup ? kCloneIntoCgroup : 0) | (pidfd ? kClonePidfd : 0);
+    args.pidfd = pidfd ? reinterpret_cast<uint64_t>(&fd) : 0;
+    args.exit_signal = quiet ? 0 : SIGCHLD;
+    args.cgroup = into_cgroup ? static_cast<uint64_t>(cgroup_fd) : 0;
     long pid = syscall(SYS_clone3, &args, sizeof args);
     if (pid >= 0) {
-      placed = true;
+      placed = into_cgroup;
+      if (pidfd && pid > 0) *pidfd = fd;
       return static_cast<pid_t>(pid);
     }
   }
+  // clone3 refused: the old clone, whose flags' low byte is the exit signal (0 for a quiet child)
+  if (quiet) return static_cast<pid_t>(syscall(SYS_clone, 0UL, nullptr, nullptr, nullptr, 0UL));
   return fork();
 }
 
@@ -129,7 +140,7 @@ pid_t spawn_worker(const SpawnSpec& spec) {
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &previous);
   bool in_cgroup = false;
-  pid_t pid = fork_into(spec.cgroup_fd, in_cgroup);
+  pid_t pid = fork_into(spec.cgroup_fd, spec.quiet, spec.pidfd, in_cgroup);
   if (pid == 0) exec_child(spec, parent, in_cgroup, argv.data(), envp.data(), cpu_mask);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &previous, nullptr);
@@ -141,4 +152,4 @@ void signal_worker(pid_t worker, int sig) {
   if (::kill(-worker, sig) != 0 && errno == ESRCH) ::kill(worker, sig);
 }
 
-}  // namespace dtl::launcher
+}  // namespace dtl::node
