@@ -27,6 +27,7 @@
 #include "watch/hang_watch.h"
 #include "watch/traceback.h"
 #include "launcher/line_prefixer.h"
+#include "node/bounded_run.h"
 #include "node/memcg.h"
 #include "node/proc_stat.h"
 #include "base/posix.h"
@@ -468,6 +469,10 @@ struct WorkerGroup::Impl {
       auto now = std::chrono::system_clock::now();
       if (pid == guard.pid()) {
         spdlog::warn("the orphan guard (pid {}) exited; a SIGKILLed dtlaunch may now leave workers' children", pid);
+        continue;
+      }
+      if (std::none_of(workers.begin(), workers.end(), [pid](const auto& w) { return w->pid == pid; })) {
+        node::handed_exit(pid, status);  // a stack reader's, or an orphan adopted as subreaper
         continue;
       }
       for (auto& w : workers) {

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <optional>
 #include <system_error>
 
@@ -37,26 +39,51 @@ int ms_until(Clock::time_point t) {
   return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
 }
 
+/// Exits reaped by someone else (the workers' waitpid(-1)), for the runs that wait for them.
+struct Handed {
+  std::mutex mutex;
+  std::deque<std::pair<pid_t, int>> exits;
+};
+Handed& handed() {
+  static Handed h;
+  return h;
+}
+
+std::optional<int> take_handed(pid_t pid) {
+  Handed& h = handed();
+  std::lock_guard lock(h.mutex);
+  for (auto it = h.exits.begin(); it != h.exits.end(); ++it) {
+    if (it->first == pid) {
+      const int status = it->second;
+      h.exits.erase(it);
+      return status;
+    }
+  }
+  return std::nullopt;
+}
+
 /// The child's exit status once it ended, waiting until `until` at most (through its pidfd where
 /// there is one); false when it still runs then. `cancel_fd` readable ends the wait early.
 bool wait_until(pid_t pid, int pidfd, Clock::time_point until, int cancel_fd, int& status) {
   for (;;) {
     siginfo_t info{};
-    // __WALL: a quiet child sends no SIGCHLD, and waitid without it would not see it
-    if (posix::retry_eintr([&] { return ::waitid(P_PID, pid, &info, WEXITED | WNOHANG | __WALL); }) == 0 &&
-        info.si_pid == pid) {
+    const int r = posix::retry_eintr([&] { return ::waitid(P_PID, pid, &info, WEXITED | WNOHANG); });
+    if (r == 0 && info.si_pid == pid) {
       status = info.si_code == CLD_EXITED ? W_EXITCODE(info.si_status, 0) : info.si_status;
       return true;
+    }
+    if (r != 0 && errno == ECHILD) {  // reaped by the workers' waitpid(-1): its status is handed here
+      if (auto s = take_handed(pid)) {
+        status = *s;
+        return true;
+      }
     }
     const int left = ms_until(until);
     if (left == 0) return false;
     pollfd fds[2] = {{pidfd, POLLIN, 0}, {cancel_fd, POLLIN, 0}};
-    if (pidfd < 0) {  // no pidfd: look again every 10 ms
-      fds[0].fd = -1;
-      posix::retry_eintr([&] { return ::poll(fds, 2, std::min(left, 10)); });
-    } else {
-      posix::retry_eintr([&] { return ::poll(fds, 2, left); });
-    }
+    // Where it has exited (its pidfd readable) or there is no pidfd, look again in 10 ms.
+    if (r != 0 || pidfd < 0) fds[0].fd = -1;
+    posix::retry_eintr([&] { return ::poll(fds, 2, fds[0].fd < 0 ? std::min(left, 10) : left); });
     if (cancel_fd >= 0 && (fds[1].revents & POLLIN)) return false;
   }
 }
@@ -86,7 +113,6 @@ BoundedOutput run_bounded(const BoundedRun& run) {
   Fd pidfd;
   SpawnSpec spec{run.argv[0],  run.argv,     env,           devnull.fd,
                  out_write.fd, err_write.fd, run.cgroup_fd, run.cgroup_procs_fd};
-  spec.quiet = true;
   spec.pidfd = &pidfd.fd;
   pid_t pid = -1;
   try {
@@ -152,6 +178,13 @@ BoundedOutput run_bounded(const BoundedRun& run) {
     out.code = WTERMSIG(status);
   }
   return out;
+}
+
+void handed_exit(pid_t pid, int status) {
+  Handed& h = handed();
+  std::lock_guard lock(h.mutex);
+  h.exits.emplace_back(pid, status);
+  if (h.exits.size() > 256) h.exits.pop_front();
 }
 
 std::string describe(const BoundedOutput& out, const std::string& tool, std::chrono::milliseconds timeout) {

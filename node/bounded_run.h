@@ -1,8 +1,11 @@
 // A helper program dtlaunch runs and reads while the job goes on (a stack reader: py-spy, eu-stack),
 // bounded in every way it could hold dtlaunch up: a deadline, a cap on what it prints, a way to
-// cancel it, a death signal, and the job's cgroup. It is a child that the workers' reaping never
-// takes, and once killed it is waited for a second at most, never more.
+// cancel it, a death signal, and the job's cgroup. Once killed it is waited for a second at most,
+// never more. dtlaunch, a child subreaper, reaps every child it has with waitpid(-1); the exit status
+// of a helper reaped so is handed back here (handed_exit).
 #pragma once
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <string>
@@ -37,6 +40,10 @@ struct BoundedOutput {
 /// Runs the program in a process group of its own and reads it to its end. Whatever ends the run
 /// early kills the whole group with SIGKILL.
 BoundedOutput run_bounded(const BoundedRun& run);
+
+/// For whoever reaps children with waitpid(-1): the status of a child that is not its own, which a
+/// bounded run may be waiting for. The last 256 are kept.
+void handed_exit(pid_t pid, int status);
 
 /// "exited 1: <its first error line>", "timed out after 10 s", ... for messages; `tool` names it.
 std::string describe(const BoundedOutput& out, const std::string& tool, std::chrono::milliseconds timeout);

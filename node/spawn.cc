@@ -33,19 +33,19 @@ constexpr uint64_t kClonePidfd = 0x1000;            // Linux 5.2+
 
 /// fork(), starting the child in the cgroup `cgroup_fd` where one is given (clone3's
 /// CLONE_INTO_CGROUP): moving a running process there instead waits for an RCU grace period, about
-/// 17 ms per worker. `placed` says whether it worked (a seccomp filter may refuse clone3). A `quiet`
-/// child sends no signal when it exits; `pidfd`, where given, gets a pidfd of the child or -1.
-pid_t fork_into(int cgroup_fd, bool quiet, int* pidfd, bool& placed) {
+/// 17 ms per worker. `placed` says whether it worked (a seccomp filter may refuse clone3). `pidfd`,
+/// where given, gets a pidfd of the child, or -1 where none could be had.
+pid_t fork_into(int cgroup_fd, int* pidfd, bool& placed) {
   placed = false;
   int fd = -1;
   if (pidfd) *pidfd = -1;
   for (bool into_cgroup : {true, false}) {
     if (into_cgroup && cgroup_fd < 0) continue;
-    if (!into_cgroup && !quiet && !pidfd) break;
+    if (!into_cgroup && !pidfd) break;
     CloneArgs args{};
     args.flags = (into_cgroup ? kCloneIntoCgroup : 0) | (pidfd ? kClonePidfd : 0);
     args.pidfd = pidfd ? reinterpret_cast<uint64_t>(&fd) : 0;
-    args.exit_signal = quiet ? 0 : SIGCHLD;
+    args.exit_signal = SIGCHLD;
     args.cgroup = into_cgroup ? static_cast<uint64_t>(cgroup_fd) : 0;
     long pid = syscall(SYS_clone3, &args, sizeof args);
     if (pid >= 0) {
@@ -54,8 +54,6 @@ pid_t fork_into(int cgroup_fd, bool quiet, int* pidfd, bool& placed) {
       return static_cast<pid_t>(pid);
     }
   }
-  // clone3 refused: the old clone, whose flags' low byte is the exit signal (0 for a quiet child)
-  if (quiet) return static_cast<pid_t>(syscall(SYS_clone, 0UL, nullptr, nullptr, nullptr, 0UL));
   return fork();
 }
 
@@ -140,7 +138,7 @@ pid_t spawn_worker(const SpawnSpec& spec) {
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &previous);
   bool in_cgroup = false;
-  pid_t pid = fork_into(spec.cgroup_fd, spec.quiet, spec.pidfd, in_cgroup);
+  pid_t pid = fork_into(spec.cgroup_fd, spec.pidfd, in_cgroup);
   if (pid == 0) exec_child(spec, parent, in_cgroup, argv.data(), envp.data(), cpu_mask);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &previous, nullptr);

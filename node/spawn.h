@@ -21,9 +21,6 @@ struct SpawnSpec {
   int cgroup_fd = -1;        ///< the job cgroup's directory, which the child starts in; -1: none
   int cgroup_procs_fd = -1;  ///< its cgroup.procs, to move in where clone3 cannot start it there
   std::vector<int> cpus{};   ///< the CPUs it may run on (--numa_binding); empty: dtlaunch's own
-  /// No SIGCHLD at its exit: a clone child, which the event loop's waitpid(-1) does not reap, for a
-  /// program a thread of dtlaunch waits for itself (node/bounded_run.h).
-  bool quiet = false;
   int* pidfd = nullptr;  ///< where to put a pidfd of the child (CLONE_PIDFD), or -1 where none could be had
 };
 

@@ -53,6 +53,15 @@ void TracebackCatcher::reset() {
 }
 
 void TracebackCatcher::line(std::string_view text) {
+  // torch 2.x's excepthook leads each line of a rank's traceback with "[rank1]: "
+  if (text.starts_with("[rank")) {
+    const auto close = text.find("]: ");
+    if (close != std::string_view::npos && close > 5 &&
+        std::all_of(text.begin() + 5, text.begin() + static_cast<long>(close),
+                    [](char c) { return c >= '0' && c <= '9'; })) {
+      text.remove_prefix(close + 3);
+    }
+  }
   if (text.starts_with("Traceback (most recent call last):")) {
     if (!chained_) text_.clear();  // the next traceback of a chain continues the text; any other starts over
     chained_ = false;

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <string>
@@ -84,13 +85,22 @@ TEST_CASE("bounded run: the cancel fd ends it at once") {
   CHECK(Clock::now() - start < 5s);
 }
 
-TEST_CASE("bounded run: its program is no child the workers' waitpid(-1) could take") {
-  std::thread runner([] { CHECK(sh("sleep 1").end == BoundedOutput::End::exited); });
+TEST_CASE("bounded run: an exit the workers' waitpid(-1) took is handed back to the run waiting for it") {
+  std::atomic<bool> done = false;
+  BoundedOutput out;
+  std::thread runner([&] {
+    out = sh("echo started; sleep 0.3; exit 7");
+    done = true;
+  });
   // what the worker group's reaping does on every SIGCHLD, meanwhile
-  for (int i = 0; i < 150; ++i) {
+  while (!done) {
     int status = 0;
-    CHECK(::waitpid(-1, &status, WNOHANG) <= 0);
-    std::this_thread::sleep_for(10ms);
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) handed_exit(pid, status);
+    std::this_thread::sleep_for(5ms);
   }
   runner.join();
+  CHECK(out.end == BoundedOutput::End::exited);
+  CHECK(out.code == 7);
+  CHECK(out.output == "started\n");
 }

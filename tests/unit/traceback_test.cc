@@ -66,3 +66,11 @@ TEST_CASE("traceback: a huge one keeps its head and its tail, where the exceptio
   CHECK(c.last().starts_with("Traceback (most recent call last):\n"));
   CHECK(c.last().ends_with("RecursionError: maximum recursion depth exceeded\n"));
 }
+
+TEST_CASE("traceback: torch 2.x's [rankN]: before each line is no part of it") {
+  TracebackCatcher c;
+  c.feed(
+      "[rank1]: Traceback (most recent call last):\n[rank1]:   File \"/w/hang.py\", line 10, in <module>\n"
+      "[rank1]:     raise RuntimeError(\"rank 1 went wrong\")\n[rank1]: RuntimeError: rank 1 went wrong\n");
+  CHECK(c.last() == kTraceback);
+}
