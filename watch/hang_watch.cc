@@ -13,6 +13,7 @@
 #include <boost/asio/post.hpp>
 
 #include "base/posix.h"
+#include "base/printable.h"
 #include "config/files.h"
 #include "node/proc_stat.h"
 #include "watch/hang_report.h"
@@ -99,11 +100,11 @@ void HangWatch::answer(const StacksSocket::Reply& reply) {
   if (job_wide_) {  // every node's ranks, through the rendezvous
     return job_wide_->gather([this, reply](const std::vector<std::string>& parts, const std::string& missing) {
       auto [hang, unreadable] = merged(parts);
-      std::set<std::string> hosts;
-      for (const auto& r : hang.ranks) hosts.insert(r.host);
+      const size_t nodes = parts.size() - unreadable;  // two nodes may go by one host name
       std::string text = "dtlaunch: the stacks of " + std::to_string(hang.ranks.size()) + " ranks on " +
-                         std::to_string(hosts.size()) + " nodes:\n" + stacks_text(hang, posix::host_name(), how());
-      if (!missing.empty()) text += "dtlaunch: no stacks came from " + missing + "\n";
+                         std::to_string(nodes) + (nodes == 1 ? " node" : " nodes") + ":\n" +
+                         stacks_text(hang, posix::host_name(), how());
+      if (!missing.empty()) text += "dtlaunch: no stacks came from " + printable(missing, 400) + "\n";
       if (unreadable) text += "dtlaunch: " + std::to_string(unreadable) + " node(s) sent what is not a part\n";
       reply(text);
     });
@@ -184,13 +185,13 @@ std::optional<std::pair<int, std::string>> HangWatch::job_report(const std::vect
   auto [hang, unreadable] = merged(parts);
   if (hang.ranks.empty()) {
     spdlog::warn("the job hangs, but no node sent its ranks' stacks{}",
-                 missing.empty() ? "" : " (none from " + missing + ")");
+                 missing.empty() ? "" : " (none from " + printable(missing, 400) + ")");
     return std::nullopt;
   }
   const auto suspect = choose_suspect(hang);
   const std::string host = posix::host_name();
   std::string text = hang_report(hang, suspect, host, how(), settings_.hang_timeout_s);
-  if (!missing.empty()) text += "dtlaunch: no stacks came from " + missing + "\n";
+  if (!missing.empty()) text += "dtlaunch: no stacks came from " + printable(missing, 400) + "\n";
   if (unreadable) text += "dtlaunch: " + std::to_string(unreadable) + " node(s) sent what is not a part\n";
   print_(text);
   write_report(hang_report_json(hang, suspect, host, how(), settings_.hang_timeout_s));
@@ -219,10 +220,7 @@ void HangWatch::write_report(const std::string& json) {
 }
 
 std::string HangWatch::failure_message(const Hang& hang, const HungRank* suspect) {
-  return "hang: " +
-         (hang.cause.empty() ? "no rank printed for " + std::to_string(static_cast<long>(hang.quiet_s)) + " s"
-                             : hang.cause) +
-         " (" + (suspect ? "suspect: " + suspect->doing : std::string("no suspect")) + ")";
+  return hang_failure(hang, suspect);
 }
 
 void HangWatch::signal(std::string cause) {
