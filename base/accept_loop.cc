@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
 
 #include <boost/asio/post.hpp>
 
@@ -30,32 +31,37 @@ bool one_client(int err) {
 
 void close_on_exec(int fd) { ::fcntl(fd, F_SETFD, FD_CLOEXEC); }
 
-std::shared_ptr<AcceptLoop> AcceptLoop::start(tcp::acceptor acceptor, Options options, Handlers handlers) {
-  auto loop = std::make_shared<AcceptLoop>(std::move(acceptor), options, std::move(handlers));
+template <class Protocol>
+std::shared_ptr<BasicAcceptLoop<Protocol>> BasicAcceptLoop<Protocol>::start(acceptor_type acceptor, Options options,
+                                                                            Handlers handlers) {
+  auto loop = std::make_shared<BasicAcceptLoop>(std::move(acceptor), options, std::move(handlers));
   loop->take();
   return loop;
 }
 
-AcceptLoop::AcceptLoop(tcp::acceptor acceptor, Options options, Handlers handlers)
+template <class Protocol>
+BasicAcceptLoop<Protocol>::BasicAcceptLoop(acceptor_type acceptor, Options options, Handlers handlers)
     : acceptor_(std::move(acceptor)),
       pause_(acceptor_.get_executor()),
       options_(options),
       handlers_(std::move(handlers)) {
   // accept4 below must say EAGAIN when the backlog is empty, not block the io_context.
   acceptor_.non_blocking(true);
-  port_ = acceptor_.local_endpoint().port();
+  if constexpr (std::is_same_v<Protocol, asio::ip::tcp>) port_ = acceptor_.local_endpoint().port();
 }
 
-void AcceptLoop::stop() {
+template <class Protocol>
+void BasicAcceptLoop<Protocol>::stop() {
   stopped_ = true;
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   pause_.cancel();
 }
 
-void AcceptLoop::take() {
+template <class Protocol>
+void BasicAcceptLoop<Protocol>::take() {
   for (size_t i = 0; i < options_.batch && !stopped_; ++i) {
-    tcp::endpoint peer;
+    endpoint_type peer;
     socklen_t size = static_cast<socklen_t>(peer.capacity());
     const int fd = ::accept4(acceptor_.native_handle(), peer.data(), &size, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
@@ -69,7 +75,7 @@ void AcceptLoop::take() {
       continue;
     }
     peer.resize(size);
-    tcp::socket socket(acceptor_.get_executor());
+    socket_type socket(acceptor_.get_executor());
     boost::system::error_code ec;
     socket.assign(peer.protocol(), fd, ec);
     if (ec) {
@@ -81,13 +87,14 @@ void AcceptLoop::take() {
   }
   if (stopped_) return;
   // A full batch: the rest after what else is ready (the other port's clients, timers, signals).
-  asio::post(acceptor_.get_executor(), [self = shared_from_this()] {
+  asio::post(acceptor_.get_executor(), [self = this->shared_from_this()] {
     if (!self->stopped_) self->take();
   });
 }
 
-void AcceptLoop::wait() {
-  acceptor_.async_wait(tcp::acceptor::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
+template <class Protocol>
+void BasicAcceptLoop<Protocol>::wait() {
+  acceptor_.async_wait(acceptor_type::wait_read, [self = this->shared_from_this()](const boost::system::error_code& ec) {
     if (self->stopped_ || ec == asio::error::operation_aborted) return;
     if (!ec) return self->take();
     self->handlers_.failed(ec, true);
@@ -95,11 +102,15 @@ void AcceptLoop::wait() {
   });
 }
 
-void AcceptLoop::pause() {
+template <class Protocol>
+void BasicAcceptLoop<Protocol>::pause() {
   pause_.expires_after(options_.backoff);
-  pause_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+  pause_.async_wait([self = this->shared_from_this()](const boost::system::error_code& e) {
     if (!e && !self->stopped_) self->take();
   });
 }
+
+template class BasicAcceptLoop<asio::ip::tcp>;
+template class BasicAcceptLoop<asio::local::stream_protocol>;
 
 }  // namespace dtl::net

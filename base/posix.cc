@@ -280,6 +280,19 @@ std::optional<std::string> find_executable(const std::string& name, const std::s
 
 bool path_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
+std::optional<std::string> file_kind(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return std::nullopt;
+  switch (st.st_mode & S_IFMT) {
+    case S_IFDIR: return "a folder";
+    case S_IFREG: return "a regular file";
+    case S_IFIFO: return "a FIFO";
+    case S_IFLNK: return "a symbolic link";
+    case S_IFSOCK: return "a socket";
+    default: return "a device";
+  }
+}
+
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "SIG" + std::to_string(sig);

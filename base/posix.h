@@ -99,6 +99,10 @@ std::optional<std::string> find_executable(const std::string& name, const std::s
 /// Whether anything is at `path` (access F_OK).
 bool path_exists(const std::string& path);
 
+/// What is at `path`, the last component not followed ("a folder", "a regular file", "a FIFO",
+/// "a symbolic link", "a socket", "a device"); nullopt when nothing is.
+std::optional<std::string> file_kind(const std::string& path);
+
 /// "SIGSEGV" for 11; "SIG<n>" for numbers without a name.
 std::string signal_name(int sig);
 

@@ -73,8 +73,7 @@ class Fanout {
     for (auto& n : nodes_) start(*n);
     apply(state_.start());
     // Its pending accept is work for the loop, which runs until no work is left: Finish closes it.
-    socket_ = std::make_unique<watch::StacksSocket>(
-        io_, [this](watch::StacksSocket::Reply reply) { stacks(std::move(reply)); });
+    socket_ = std::make_unique<watch::StacksSocket>(io_, [this](watch::StacksSocket::Ask ask) { stacks(ask.reply); });
     io_.run();
     if (relay_.joinable()) relay_.join();
     console_.forget(io_);
@@ -209,7 +208,7 @@ class Fanout {
   }
   /// `dtlaunch stacks` where the fan-out runs: the first host's, over the job's ssh, which gathers
   /// every host's ranks (its agent hosts the rendezvous).
-  void stacks(watch::StacksSocket::Reply reply) {
+  void stacks(std::function<void(std::string)> reply) {
     const Node& first = *nodes_.front();
     if (first.agent_pid <= 0) return reply("dtlaunch: " + first.start.host + " has not started its agent yet\n");
     if (relaying_)

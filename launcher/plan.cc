@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/posix.h"
+#include "base/printable.h"
 #include "config/accelerate.h"
 #include "config/hostfile.h"
 #include "base/text.h"
@@ -184,6 +185,35 @@ Status plan_command(const config::LaunchOptions& o, const EnvLookup& env, const 
   return {};
 }
 
+/// torchrun's expiration timers (watch/file_timers.h): their FIFO takes the place of what is at
+/// TORCHELASTIC_TIMER_FILE, as in torch's FileTimerServer, which is said; a folder there, or no
+/// folder to make it in, is bad input.
+Status plan_timer_file(const HostFacts& host, LaunchPlan& plan) {
+  if (host.env("TORCHELASTIC_ENABLE_FILE_TIMER") != "1") return {};
+  const auto file = host.env("TORCHELASTIC_TIMER_FILE");
+  if (!file) return {};  // one in the run's log folder
+  const std::string shown = "TORCHELASTIC_TIMER_FILE=" + printable(*file, 200);
+  if (file->empty()) {
+    return fail("TORCHELASTIC_TIMER_FILE is empty: name the timers' FIFO, or unset it for one in the run's log folder");
+  }
+  const auto kind = host.file_kind(*file);
+  if (kind == "a folder") {
+    return fail(shown + " names a folder: the workers' expiration timers need a FIFO there (name a path that is "
+                        "not there yet, or unset it for one in the run's log folder)");
+  }
+  if (kind) {
+    plan.notices.push_back("warning: " + shown + " is " + *kind +
+                           " already there: dtlaunch deletes it and makes the timers' FIFO in its place, as torch's "
+                           "FileTimerServer does");
+    return {};
+  }
+  const auto folder = std::filesystem::path(*file).parent_path().string();
+  if (!folder.empty() && host.file_kind(folder + "/.") != "a folder") {  // "/.": a link to a folder is one
+    return fail(shown + ": its folder " + printable(folder, 200) + " is not there");
+  }
+  return {};
+}
+
 }  // namespace
 
 std::optional<std::string> installed_torch_version(const std::string& python) {
@@ -204,6 +234,7 @@ Result<LaunchPlan> make_plan(const config::LaunchOptions& o, const HostFacts& ho
   plan.group.variables = config::worker_variables(o);
   const EnvLookup env = with_variables(plan.group.variables, host.env);
   if (auto command = plan_command(o, env, host, plan); !command) return tl::unexpected(command.error());
+  if (auto timers = plan_timer_file(host, plan); !timers) return tl::unexpected(timers.error());
 
   // GPUs and the number of workers.
   // deepspeed's slots on a machine without GPUs (its CPU accelerator) are numbers that nothing checks.

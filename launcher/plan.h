@@ -33,6 +33,7 @@ struct HostFacts {
   std::function<std::optional<std::string>(const std::string& name, const std::string& path_env)> find_program =
       posix::find_executable;
   std::function<bool(const std::string& path)> exists = posix::path_exists;
+  std::function<std::optional<std::string>(const std::string& path)> file_kind = posix::file_kind;
   /// The torch version that the interpreter at `python` imports ("2.15.0+cu132"), or nullopt.
   std::function<std::optional<std::string>(const std::string& python)> torch_version = installed_torch_version;
   /// The NUMA topology for --numa_binding, and the CPUs dtlaunch itself may run on.

@@ -26,9 +26,14 @@ std::vector<std::string> SupervisorState::on_signal(int sig) {
 }
 
 SupervisorState::Step SupervisorState::on_finished(const Group::Result& result) {
-  const auto& failures = result.failures;
-  const bool restart_due = !failures.empty() && stop_signal_ == 0 && env_.restart_count < env_.max_restarts;
+  // A restart whose workers could not start (out of descriptors, say) ends the run with the
+  // failure that called for it: its summary, its root cause's code.
+  const bool restart_failed = result.start_failed && result.failures.empty() && !restarted_after_.empty();
+  const auto& failures = restart_failed ? restarted_after_ : result.failures;
+  const bool restart_due =
+      !failures.empty() && !result.start_failed && stop_signal_ == 0 && env_.restart_count < env_.max_restarts;
   if (restart_due && result.unreaped.empty()) {
+    restarted_after_ = failures;
     ++env_.restart_count;
     group_.start(env_);
     return {{"restarting the workers (" + std::to_string(env_.restart_count) + " of " +
@@ -37,6 +42,10 @@ SupervisorState::Step SupervisorState::on_finished(const Group::Result& result) 
             std::nullopt};
   }
   Step step;
+  if (restart_failed) {
+    step.warnings.push_back("restart " + std::to_string(env_.restart_count) +
+                            " could not start its workers: the run ends with the failure before it");
+  }
   if (restart_due) {
     step.warnings.push_back("not restarting: " + std::to_string(result.unreaped.size()) +
                             " process(es) of the last attempt could not be reaped");
@@ -46,7 +55,7 @@ SupervisorState::Step SupervisorState::on_finished(const Group::Result& result) 
     end.summary = "\n" + format_summary(title_, failures, host_) + "\n";
     end.exit_code = exit_code_for(failures);
   }
-  if (result.start_failed) end.exit_code = 1;
+  if (result.start_failed && !restart_failed) end.exit_code = 1;
   if (!result.unreaped.empty() && end.exit_code == 0) end.exit_code = 1;
   if (stop_signal_ != 0) end.exit_code = 128 + stop_signal_;
   step.ending = end;

@@ -34,8 +34,9 @@ class SupervisorState {
   /// dtlaunch received `sig` (one of --signals_to_handle); returns the warnings to log.
   std::vector<std::string> on_signal(int sig);
   /// The group finished: restarts it, or returns how the run ends: 0, the root cause's code
-  /// (base/failure.h), 1 when a worker could not be started or a process could not be reaped
-  /// (then no restart either), 128+N after signal N.
+  /// (base/failure.h), 1 when a worker of the first attempt could not be started or a process
+  /// could not be reaped (then no restart either), 128+N after signal N. A restart that could not
+  /// start ends with the summary and code of the failure that called for it.
   Step on_finished(const Group::Result& result);
 
  private:
@@ -43,6 +44,7 @@ class SupervisorState {
   GroupEnv env_;
   std::string title_, host_;
   int stop_signal_ = 0;  ///< a signal dtlaunch received and forwarded
+  std::vector<Failure> restarted_after_;  ///< the failures the running attempt is the restart for
 };
 
 }  // namespace dtl::launcher

@@ -12,6 +12,8 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
+#include "base/printable.h"
+
 namespace dtl::watch {
 namespace asio = boost::asio;
 
@@ -36,6 +38,25 @@ std::optional<TimerRequest> parse_timer_request(const std::string& line) {
   } catch (const YAML::Exception&) {
     return std::nullopt;
   }
+}
+
+std::optional<std::string> BadLineLog::note(const std::string& line, Clock::time_point now) {
+  if (said_ < kInFull) {
+    ++said_;
+    return "expiration timers: not a FileTimerClient request: " + printable(line, 200) +
+           (said_ == kInFull ? " (more such lines are counted, not shown)" : "");
+  }
+  if (counted_++ == 0) due_ = now + interval_;
+  return std::nullopt;
+}
+
+std::optional<std::string> BadLineLog::summary() {
+  due_.reset();
+  if (counted_ == 0) return std::nullopt;
+  const size_t n = std::exchange(counted_, 0);
+  return "expiration timers: " + std::to_string(n) +
+         (n == 1 ? " more line that is not a FileTimerClient request"
+                 : " more lines that are not FileTimerClient requests");
 }
 
 void TimerTable::on_request(const TimerRequest& r) {
@@ -73,7 +94,7 @@ void TimerTable::forget(pid_t pid) {
 
 FileTimerServer::FileTimerServer(asio::io_context& io, std::string path,
                                  std::function<bool(pid_t, int, const std::vector<std::string>&)> fire)
-    : fifo_(io), tick_(io), path_(std::move(path)), fire_(std::move(fire)) {
+    : fifo_(io), tick_(io), bad_lines_due_(io), path_(std::move(path)), fire_(std::move(fire)) {
   ::unlink(path_.c_str());
   if (::mkfifo(path_.c_str(), 0600) != 0) {
     throw std::system_error(errno, std::generic_category(), "cannot make the timer FIFO " + path_);
@@ -90,7 +111,19 @@ FileTimerServer::~FileTimerServer() {
   boost::system::error_code ignored;
   fifo_.close(ignored);
   tick_.cancel();
+  bad_lines_due_.cancel();
+  if (auto said = bad_lines_.summary()) spdlog::warn("{}", *said);
   ::unlink(path_.c_str());
+}
+
+void FileTimerServer::not_a_request(const std::string& line) {
+  if (auto said = bad_lines_.note(line, BadLineLog::Clock::now())) spdlog::warn("{}", *said);
+  if (!bad_lines_.due() || bad_lines_due_.expiry() == *bad_lines_.due()) return;
+  bad_lines_due_.expires_at(*bad_lines_.due());
+  bad_lines_due_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (auto said = bad_lines_.summary()) spdlog::warn("{}", *said);
+  });
 }
 
 void FileTimerServer::read() {
@@ -103,7 +136,7 @@ void FileTimerServer::read() {
       if (auto r = parse_timer_request(line)) {
         table_.on_request(*r);
       } else {
-        spdlog::warn("expiration timers: not a FileTimerClient request: {}", line.substr(0, 200));
+        not_a_request(line);
       }
     }
     if (pending_.size() > kMaxLine) pending_.clear();
@@ -119,7 +152,8 @@ void FileTimerServer::arm() {
   tick_.async_wait([this](const boost::system::error_code& ec) {
     armed_ = false;
     if (ec) return;
-    for (const auto& e : table_.expire(wall_now())) {
+    for (auto& e : table_.expire(wall_now())) {
+      for (auto& scope : e.scopes) scope = printable(scope, 100);
       if (!e.signal) {
         spdlog::info("expiration timers: {} of pid {} expired, with no signal to send", e.scopes.front(), e.pid);
       } else if (!fire_(e.pid, e.signal, e.scopes)) {

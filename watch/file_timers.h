@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <array>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
@@ -52,9 +53,33 @@ class TimerTable {
   std::map<std::pair<pid_t, std::string>, TimerRequest> timers_;
 };
 
+/// The warnings about lines of the FIFO that are no request (a worker writes what it likes there):
+/// the first kInFull in full, made printable, then a count, said at most once per `interval`.
+class BadLineLog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr size_t kInFull = 3;
+  explicit BadLineLog(Clock::duration interval = std::chrono::seconds(10)) : interval_(interval) {}
+
+  /// A line that is no request came at `now`: the warning to say now, if any (else it is counted).
+  std::optional<std::string> note(const std::string& line, Clock::time_point now);
+  /// When the count is to be said; none while nothing is counted.
+  std::optional<Clock::time_point> due() const { return due_; }
+  /// One line for the lines counted since the last ("expiration timers: 1997 more lines ..."); none
+  /// when nothing was counted. Call it when due, and at the end whatever the time.
+  std::optional<std::string> summary();
+
+ private:
+  Clock::duration interval_;
+  size_t said_ = 0;
+  size_t counted_ = 0;
+  std::optional<Clock::time_point> due_;
+};
+
 class FileTimerServer {
  public:
-  /// `fire(pid, signal, scopes)` signals the worker when it is one; returns whether it did.
+  /// `fire(pid, signal, scopes)` signals the worker when it is one; returns whether it did. The
+  /// scopes, a worker's text, come printable.
   FileTimerServer(boost::asio::io_context& io, std::string path,
                   std::function<bool(pid_t, int, const std::vector<std::string>&)> fire);
   ~FileTimerServer();
@@ -63,9 +88,12 @@ class FileTimerServer {
  private:
   void read();
   void arm();
+  void not_a_request(const std::string& line);
 
   boost::asio::posix::stream_descriptor fifo_;
   boost::asio::steady_timer tick_;
+  boost::asio::steady_timer bad_lines_due_;
+  BadLineLog bad_lines_;
   std::string path_;
   std::function<bool(pid_t, int, const std::vector<std::string>&)> fire_;
   TimerTable table_;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "base/printable.h"
 #include "base/text.h"
 #include "watch/stacks.h"
 
@@ -41,7 +42,8 @@ std::string tail(const std::string& text, size_t size) {
 /// "rank 3", "ranks 0-3,5".
 std::string plural(const std::vector<int>& ranks) { return (ranks.size() == 1 ? "rank " : "ranks ") + ranges(ranks); }
 
-/// The threads of a stack cut to `frames` frames each (0: all), or to the main thread alone.
+/// The threads of a stack cut to `frames` frames each (0: all), or to the main thread alone; a cut
+/// stack ends with a line that says what was left out.
 std::vector<std::string> trimmed(const std::vector<std::string>& stack, bool main_only, size_t frames) {
   std::vector<std::string> out;
   if (main_only) {
@@ -49,6 +51,13 @@ std::vector<std::string> trimmed(const std::vector<std::string>& stack, bool mai
     if (main.empty()) return out;
     out.push_back("thread MainThread");
     for (size_t i = 0; i < main.size() && (frames == 0 || i < frames); ++i) out.push_back(main[i]);
+    const size_t threads = std::max<size_t>(
+        1, std::count_if(stack.begin(), stack.end(), [](const std::string& l) { return l.starts_with("thread "); }));
+    const size_t frames_out = main.size() - (out.size() - 1);
+    std::vector<std::string> left;
+    if (threads > 1) left.push_back(fmt::format("{} other thread{}", threads - 1, threads > 2 ? "s" : ""));
+    if (frames_out > 0) left.push_back(fmt::format("{} more frame{}", frames_out, frames_out > 1 ? "s" : ""));
+    if (!left.empty()) out.push_back("(" + text::join(left, " and ") + " left out to fit)");
     return out;
   }
   size_t in_thread = 0;
@@ -58,6 +67,10 @@ std::vector<std::string> trimmed(const std::vector<std::string>& stack, bool mai
   }
   return out;
 }
+
+/// A line of a worker's or a peer's (a thread's, function's or file's name, another node's part),
+/// safe for the terminal: no escape sequence, no carriage return that forges a line of dtlaunch's.
+std::string shown(const std::string& s, size_t max = 500) { return printable(s, max); }
 
 /// Why no rank is named: every rank waits for another, or none is known to be off.
 std::string no_suspect_reason(const Hang& hang) {
@@ -80,32 +93,44 @@ std::string no_suspect_reason(const Hang& hang) {
 
 }  // namespace
 
+std::string silence(double quiet_s) { return fmt::format("no rank printed for {:.0f} s", quiet_s); }
+
+std::string hang_failure(const Hang& hang, const HungRank* suspect) {
+  return "hang: " + (hang.cause.empty() ? silence(hang.quiet_s) : shown(hang.cause, 400)) + " (" +
+         (suspect ? "suspect: " + shown(suspect->doing, 200)
+                  : std::string("no suspect: the lowest rank stands for the job")) +
+         ")";
+}
+
 std::string stacks_text(const Hang& hang, const std::string& host, const std::string& how) {
   std::string out;
   out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6} {:>8}  {}\n", "rank", "host", "pid", "state", "cpu%", "quiet",
                      "doing");
   for (const auto& r : hang.ranks) {
-    out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6.1f} {:>7.0f}s  {}\n", r.rank, r.host.empty() ? host : r.host,
-                       r.pid, std::string(1, r.state), r.cpu_percent, r.quiet_s, r.doing);
+    out += fmt::format("  {:<6} {:<12} {:<8} {:<5} {:>6.1f} {:>7.0f}s  {}\n", r.rank,
+                       shown(r.host.empty() ? host : r.host, 100), r.pid, shown(std::string(1, r.state)), r.cpu_percent,
+                       r.quiet_s, shown(r.doing, 200));
   }
   // Which tools read the stacks: when more than one, each block says its own.
   std::vector<std::string> tools;
   for (const auto& r : hang.ranks) {
-    const std::string& by = r.stack_by.empty() ? how : r.stack_by;
+    const std::string by = shown(r.stack_by.empty() ? how : r.stack_by, 50);
     if (!r.stack.empty() && std::find(tools.begin(), tools.end(), by) == tools.end()) tools.push_back(by);
   }
   // Ranks with the same stack are one block: 64 ranks in all_reduce take one.
   std::vector<std::pair<std::string, std::vector<int>>> blocks;
   for (const auto& r : hang.ranks) {
     std::string text;
-    if (tools.size() > 1 && !r.stack.empty()) text = "    (read by " + (r.stack_by.empty() ? how : r.stack_by) + ")\n";
+    if (tools.size() > 1 && !r.stack.empty()) {
+      text = "    (read by " + shown(r.stack_by.empty() ? how : r.stack_by, 50) + ")\n";
+    }
     if (r.stack.empty()) {
-      text = "    (no stack: " + (r.stack_error.empty() ? std::string("not read") : r.stack_error) + ")\n";
+      text = "    (no stack: " + (r.stack_error.empty() ? std::string("not read") : shown(r.stack_error)) + ")\n";
     }
     if (r.read_pid) text += "    (read in the Python process under the rank's own)\n";
     for (const auto& line : r.stack) {
       if (line.empty()) continue;
-      text += (line.starts_with("thread ") ? "    " : "      ") + line + "\n";
+      text += (line.starts_with("thread ") ? "    " : "      ") + shown(line) + "\n";
     }
     auto it = std::find_if(blocks.begin(), blocks.end(), [&](const auto& b) { return b.first == text; });
     if (it == blocks.end()) {
@@ -129,17 +154,18 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
   }
   std::string out =
       hang.cause.empty()
-          ? fmt::format(
-                "dtlaunch: hang: no rank printed for {:.0f} s (--hang_timeout={:g}), and {}\n", hang.quiet_s, timeout_s,
-                busy.empty() ? std::string("no rank made progress")
-                             : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) + " ran while the others waited")
-          : "dtlaunch: hang: " + hang.cause + "\n";
+          ? fmt::format("dtlaunch: hang: {} (--hang_timeout={:g}), and {}\n", silence(hang.quiet_s), timeout_s,
+                        busy.empty()
+                            ? std::string("no rank made progress")
+                            : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) + " ran while the others waited")
+          : "dtlaunch: hang: " + shown(hang.cause) + "\n";
   out += stacks_text(hang, host, how);
   if (suspect) {
     const auto& r = hang.ranks[*suspect];
     const auto frames = main_thread(r.stack);
-    out += fmt::format("dtlaunch: suspect rank {} on {} (pid {}): {}\n", r.rank, r.host.empty() ? host : r.host, r.pid,
-                       frames.empty() ? r.doing : frames.front());
+    out += fmt::format("dtlaunch: suspect rank {} on {} (pid {}): {}\n", r.rank,
+                       shown(r.host.empty() ? host : r.host, 100), r.pid,
+                       shown(frames.empty() ? r.doing : frames.front()));
   } else {
     out += "dtlaunch: no suspect: " + no_suspect_reason(hang) + "\n";
   }

@@ -18,12 +18,20 @@ std::optional<Hang> parse_hang_part(const std::string& json);
 /// Every node's ranks as one hang, by rank: the shortest silence, the first cause.
 Hang merge_parts(const std::vector<Hang>& parts);
 
+/// "no rank printed for 4 s": the silence in whole seconds, as the report and the failure summary say it.
+std::string silence(double quiet_s);
+
+/// The failure a hang is with --on_hang=fail, for the failure summary: "hang: no rank printed for
+/// 4 s (suspect: blocked)", or what signalled it.
+std::string hang_failure(const Hang& hang, const HungRank* suspect);
+
 /// The table and every rank's stack (ranks with the same stack as one block), as both reports
 /// have them; `dtlaunch stacks` prints it under its own headline.
 std::string stacks_text(const Hang& hang, const std::string& host, const std::string& how);
 
 /// The report for the console: a headline, the table, every rank's stack (ranks with the same stack
-/// as one block) and the verdict. `how`: which tool read the stacks.
+/// as one block) and the verdict. `how`: which tool read the stacks. What the ranks' or other nodes'
+/// text holds (names of threads, functions, files, hosts) is made printable (base/printable.h).
 std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
                         const std::string& how, double timeout_s);
 /// The same as one JSON object.

@@ -13,6 +13,7 @@
 #include <boost/asio/post.hpp>
 
 #include "base/posix.h"
+#include "base/printable.h"
 #include "config/files.h"
 #include "node/proc_stat.h"
 #include "watch/hang_report.h"
@@ -56,7 +57,7 @@ HangWatch::HangWatch(asio::io_context& io, WatchSettings settings, std::function
       timer_(io),
       watch_(std::chrono::milliseconds(static_cast<long>(settings_.hang_timeout_s * 1000))),
       alive_(std::make_shared<bool>(true)),
-      socket_(io, [this](StacksSocket::Reply reply) { answer(reply); }) {
+      socket_(io, [this](StacksSocket::Ask ask) { answer(ask); }) {
   tools_ = find_stack_tools(settings_.exec_path);
   if (settings_.hang_timeout_s <= 0) return;
   tools_.no_ptrace = ptrace_denied();
@@ -102,31 +103,34 @@ HangWatch::~HangWatch() {
   if (reader_.joinable()) reader_.join();  // its handler never runs now
 }
 
-void HangWatch::answer(const StacksSocket::Reply& reply) {
+void HangWatch::answer(const StacksSocket::Ask& ask) {
   if (job_wide_) {  // every node's ranks, through the rendezvous
-    return job_wide_->gather([this, reply](const std::vector<std::string>& parts, const std::string& missing) {
-      auto [hang, unreadable] = merged(parts);
-      std::set<std::string> hosts;
-      for (const auto& r : hang.ranks) hosts.insert(r.host);
-      std::string text = "dtlaunch: the stacks of " + std::to_string(hang.ranks.size()) + " ranks on " +
-                         std::to_string(hosts.size()) + " nodes:\n" + stacks_text(hang, posix::host_name(), how());
-      if (!missing.empty()) text += "dtlaunch: no stacks came from " + missing + "\n";
-      if (unreadable) text += "dtlaunch: " + std::to_string(unreadable) + " node(s) sent what is not a part\n";
-      reply(text);
-    });
+    if (!ask.wanted()) return ask.reply("");
+    return job_wide_->gather(
+        [this, reply = ask.reply](const std::vector<std::string>& parts, const std::string& missing) {
+          auto [hang, unreadable] = merged(parts);
+          const size_t nodes = parts.size() - unreadable;  // two nodes may go by one host name
+          std::string text = "dtlaunch: the stacks of " + std::to_string(hang.ranks.size()) + " ranks on " +
+                             std::to_string(nodes) + (nodes == 1 ? " node" : " nodes") + ":\n" +
+                             stacks_text(hang, posix::host_name(), how());
+          if (!missing.empty()) text += "dtlaunch: no stacks came from " + printable(missing, 400) + "\n";
+          if (unreadable) text += "dtlaunch: " + std::to_string(unreadable) + " node(s) sent what is not a part\n";
+          reply(text);
+        });
   }
-  now([this, reply](std::optional<Hang> hang) {
+  now(ask.wanted, [this, reply = ask.reply](std::optional<Hang> hang) {
     if (!hang) return reply("dtlaunch: no rank runs now\n");
-    reply("dtlaunch: the stacks of " + std::to_string(hang->ranks.size()) + " ranks on " + posix::host_name() +
-          " (pid " + std::to_string(::getpid()) + "):\n" + stacks_text(*hang, posix::host_name(), how()));
+    reply("dtlaunch: the stacks of " + std::to_string(hang->ranks.size()) + " ranks on " +
+          printable(posix::host_name(), 200) + " (pid " + std::to_string(::getpid()) + "):\n" +
+          stacks_text(*hang, posix::host_name(), how()));
   });
 }
 
-void HangWatch::now(std::function<void(std::optional<Hang>)> done) {
+void HangWatch::now(std::function<bool()> wanted, std::function<void(std::optional<Hang>)> done) {
   if (reading_) {  // a reading for a report is under way: after it
     auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(200));
-    timer->async_wait([this, timer, done, alive = alive_](const boost::system::error_code& ec) {
-      if (!ec && *alive) now(done);
+    timer->async_wait([this, timer, wanted, done, alive = alive_](const boost::system::error_code& ec) {
+      if (!ec && *alive) now(wanted, done);
     });
     return;
   }
@@ -137,40 +141,43 @@ void HangWatch::now(std::function<void(std::optional<Hang>)> done) {
   for (const auto& p : probes) before.push_back(proc_usage(p.pid));
   const auto from = HangClock::now();
   auto timer = std::make_shared<asio::steady_timer>(io_, kOnDemandWindow);
-  timer->async_wait([this, timer, done, probes, before, from, alive = alive_](const boost::system::error_code& ec) {
-    if (ec || !*alive) return;
-    if (reading_) return now(done);
-    const auto at = HangClock::now();
-    const double span = std::chrono::duration<double>(at - from).count();
-    Hang hang;
-    for (size_t i = 0; i < probes.size(); ++i) {
-      const auto usage = proc_usage(probes[i].pid);
-      HungRank r;
-      r.rank = probes[i].rank;
-      r.local_rank = probes[i].local_rank;
-      r.pid = probes[i].pid;
-      r.state = usage.state;
-      r.cpu_percent = span > 0 ? 100 * (usage.cpu_s - before[i].cpu_s) / span : 0;
-      r.busy = r.cpu_percent >= 20 && usage.state != 'D';
-      r.quiet_s = std::chrono::duration<double>(at - probes[i].last_output).count();
-      hang.quiet_s = i == 0 ? r.quiet_s : std::min(hang.quiet_s, r.quiet_s);
-      hang.ranks.push_back(std::move(r));
-    }
-    read_stacks(std::move(hang), false, [done](Hang read) {
-      find_suspect(read);  // fills what each rank is doing
-      done(std::move(read));
-    });
-  });
+  timer->async_wait(
+      [this, timer, wanted, done, probes, before, from, alive = alive_](const boost::system::error_code& ec) {
+        if (ec || !*alive) return;
+        if (reading_) return now(wanted, done);
+        if (!wanted()) return done(std::nullopt);  // every client that asked has gone: reading pauses the ranks
+        const auto at = HangClock::now();
+        const double span = std::chrono::duration<double>(at - from).count();
+        Hang hang;
+        for (size_t i = 0; i < probes.size(); ++i) {
+          const auto usage = proc_usage(probes[i].pid);
+          HungRank r;
+          r.rank = probes[i].rank;
+          r.local_rank = probes[i].local_rank;
+          r.pid = probes[i].pid;
+          r.state = usage.state;
+          r.cpu_percent = span > 0 ? 100 * (usage.cpu_s - before[i].cpu_s) / span : 0;
+          r.busy = r.cpu_percent >= 20 && usage.state != 'D';
+          r.quiet_s = std::chrono::duration<double>(at - probes[i].last_output).count();
+          hang.quiet_s = i == 0 ? r.quiet_s : std::min(hang.quiet_s, r.quiet_s);
+          hang.ranks.push_back(std::move(r));
+        }
+        read_stacks(std::move(hang), false, [done](Hang read) {
+          find_suspect(read);  // fills what each rank is doing
+          done(std::move(read));
+        });
+      });
 }
 
 void HangWatch::job_wide(std::optional<JobWide> hooks) { job_wide_ = std::move(hooks); }
 
 void HangWatch::part(size_t budget, std::function<void(std::string)> done) {
-  now([this, budget, done](std::optional<Hang> hang) {
-    Hang h = hang.value_or(Hang{});
-    if (!pending_cause_.empty()) h.cause = std::exchange(pending_cause_, "");
-    done(hang_part(h, posix::host_name(), how(), budget));
-  });
+  now([] { return true; },
+      [this, budget, done](std::optional<Hang> hang) {
+        Hang h = hang.value_or(Hang{});
+        if (!pending_cause_.empty()) h.cause = std::exchange(pending_cause_, "");
+        done(hang_part(h, posix::host_name(), how(), budget));
+      });
 }
 
 std::pair<Hang, int> HangWatch::merged(const std::vector<std::string>& parts) const {
@@ -191,13 +198,13 @@ std::optional<std::pair<int, std::string>> HangWatch::job_report(const std::vect
   auto [hang, unreadable] = merged(parts);
   if (hang.ranks.empty()) {
     spdlog::warn("the job hangs, but no node sent its ranks' stacks{}",
-                 missing.empty() ? "" : " (none from " + missing + ")");
+                 missing.empty() ? "" : " (none from " + printable(missing, 400) + ")");
     return std::nullopt;
   }
   const auto suspect = choose_suspect(hang);
   const std::string host = posix::host_name();
   std::string text = hang_report(hang, suspect, host, how(), settings_.hang_timeout_s);
-  if (!missing.empty()) text += "dtlaunch: no stacks came from " + missing + "\n";
+  if (!missing.empty()) text += "dtlaunch: no stacks came from " + printable(missing, 400) + "\n";
   if (unreadable) text += "dtlaunch: " + std::to_string(unreadable) + " node(s) sent what is not a part\n";
   print_(text);
   write_report(hang_report_json(hang, suspect, host, how(), settings_.hang_timeout_s));
@@ -233,11 +240,7 @@ std::string HangWatch::failure_message(const Hang& hang, const HungRank* suspect
     while (!tb.empty() && tb.back() == '\n') tb.pop_back();
     return tb;
   }
-  return "hang: " +
-         (hang.cause.empty() ? "no rank printed for " + std::to_string(static_cast<long>(hang.quiet_s)) + " s"
-                             : hang.cause) +
-         " (" +
-         (suspect ? "suspect: " + suspect->doing : std::string("no suspect: the lowest rank stands for the job")) + ")";
+  return hang_failure(hang, suspect);
 }
 
 void HangWatch::signal(std::string cause) {

@@ -99,15 +99,16 @@ class HangWatch {
   /// (not after stop() or a new attempt, when `current` is set).
   void read_stacks(Hang hang, bool current, std::function<void(Hang)> done);
   void report(Hang hang, const std::vector<Probe>& probes);
-  /// Every rank's stack now, CPU over a short window, `doing` filled; nullopt when none runs.
-  void now(std::function<void(std::optional<Hang>)> done);
+  /// Every rank's stack now, CPU over a short window, `doing` filled; nullopt when none runs, or
+  /// when no one `wanted` it any more once the window was over (no stack is read then).
+  void now(std::function<bool()> wanted, std::function<void(std::optional<Hang>)> done);
   /// Parts parsed and merged; how many could not be read.
   std::pair<Hang, int> merged(const std::vector<std::string>& parts) const;
   void write_report(const std::string& json);
   static std::string failure_message(const Hang& hang, const HungRank* suspect);
-  std::string how() const;                        ///< which tool reads the stacks
-  void cancel_reading();                          ///< the readers of a reading under way are killed
-  void answer(const StacksSocket::Reply& reply);  ///< `dtlaunch stacks`
+  std::string how() const;                    ///< which tool reads the stacks
+  void cancel_reading();                      ///< the readers of a reading under way are killed
+  void answer(const StacksSocket::Ask& ask);  ///< `dtlaunch stacks`
 
   boost::asio::io_context& io_;
   const WatchSettings settings_;

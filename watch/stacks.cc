@@ -140,12 +140,19 @@ std::optional<std::vector<std::string>> parse_py_spy(const std::string& json) {
   }
   if (!threads.IsSequence()) return std::nullopt;
   std::vector<std::string> out;
+  int unnamed = 0;
   try {
     for (const auto& t : threads) {
       if (!out.empty()) out.emplace_back();
-      // By name, not id: ranks with the same stack then print as one block.
+      // By name, not id: ranks with the same stack then print as one block. py-spy 0.4 gives the
+      // name as `threading` has it, null where that module was never imported; the main thread is
+      // the one whose OS thread id is the process's.
       const auto name = t["thread_name"];
-      out.push_back("thread " + (name && name.IsScalar() ? name.as<std::string>() : std::string("?")));
+      const auto tid = t["os_thread_id"], pid = t["pid"];
+      const bool main = tid && pid && tid.IsScalar() && pid.IsScalar() && tid.Scalar() == pid.Scalar();
+      out.push_back("thread " + (main                      ? std::string("MainThread")
+                                 : name && name.IsScalar() ? name.Scalar()
+                                                           : std::to_string(++unnamed)));
       for (const auto& f : t["frames"]) {
         const auto file = f["short_filename"] && f["short_filename"].IsScalar() ? f["short_filename"] : f["filename"];
         out.push_back(f["name"].as<std::string>("?") + " (" + (file && file.IsScalar() ? file.as<std::string>() : "?") +

@@ -1,12 +1,16 @@
 // Where `dtlaunch stacks` finds the running jobs of its user on this machine: each supervisor (or
-// node agent) listens on a Unix socket `<pid>.sock` in a folder only that user may enter
-// ($XDG_RUNTIME_DIR/dtlaunch, else /tmp/dtlaunch-<uid>), and answers a connection from the same
-// user (or root) with every rank's stack now. The file goes with the job.
+// node agent, or fan-out) listens on a Unix socket `<pid>.sock` in a folder only that user may enter
+// ($XDG_RUNTIME_DIR/dtlaunch, else /tmp/dtlaunch-<uid>; where another user, or anything but a
+// folder of this user's alone, took that name first, a private `<that name>.XXXXXX` beside it), and
+// answers a connection from the same user (or root) with every rank's stack now. The file goes with
+// the job.
 #pragma once
 
 #include <sys/types.h>
 
+#include <array>
 #include <functional>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,35 +19,64 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 
+#include "base/accept_loop.h"
+
 namespace dtl::watch {
 
-/// The folder, made (mode 0700) when `create`; "" when it cannot be made or is not this user's alone.
-std::string stacks_dir(bool create);
+/// The folder's name: $XDG_RUNTIME_DIR/dtlaunch, else /tmp/dtlaunch-<uid>.
+std::string stacks_dir();
+/// Why `dir` is not a folder of this user's alone ("is a symbolic link", "belongs to uid 1001",
+/// "is a regular file", "is open to other users (mode 0777)"); "" when it is one. Never follows a link.
+std::string unfit_folder(const std::string& dir);
+/// The private folders jobs made beside stacks_dir() because it was unfit: `<stacks_dir>.XXXXXX`,
+/// each this user's alone.
+std::vector<std::string> fallback_dirs();
 
 struct LiveJob {
   pid_t pid = 0;
   std::string socket;
 };
-/// The jobs whose socket is in the folder and whose dtlaunch still runs; stale sockets are removed.
+/// The jobs of this user whose socket is in the folders and whose dtlaunch listens on it (its
+/// credentials, read on a connection, are this user's and the pid the socket is named for). A
+/// socket nobody listens on is a SIGKILLed dtlaunch's, whatever process has its pid now: removed.
 std::vector<LiveJob> live_jobs();
 
-/// This dtlaunch's side: listens on `<stacks_dir>/<pid>.sock` (none when the folder cannot be made)
-/// and hands each connection of this user or root to `ask` with a way to reply (once). The file
-/// goes with the object.
+/// This dtlaunch's side: listens on `<folder>/<pid>.sock` and hands what connections of this user or
+/// root ask to `ask`, one ask at a time: clients that connect while one is under way get its answer.
+/// At most kMaxClients connections are held (more are told so and closed), a client gone before the
+/// answer costs no read (`wanted`), and accepting pauses while the process is out of descriptors.
+/// The file, and a folder it made, go with the object.
 class StacksSocket {
  public:
-  using Reply = std::function<void(std::string)>;
-  StacksSocket(boost::asio::io_context& io, std::function<void(Reply)> ask);
+  struct Ask {
+    std::function<void(std::string)> reply;  ///< once, with the text for every client waiting
+    std::function<bool()> wanted;            ///< false once every client waiting has gone
+  };
+  static constexpr size_t kMaxClients = 32;
+
+  StacksSocket(boost::asio::io_context& io, std::function<void(Ask)> ask);
   ~StacksSocket();
   StacksSocket(const StacksSocket&) = delete;
   StacksSocket& operator=(const StacksSocket&) = delete;
+  const std::string& path() const { return path_; }  ///< "" when there is no socket
 
  private:
-  void accept();
+  struct Client;
+  void accepted(boost::asio::local::stream_protocol::socket socket);
+  void watch(const std::shared_ptr<Client>& client);
+  void answer(std::string text);
+  void drop(const std::shared_ptr<Client>& client);
+
   boost::asio::io_context& io_;
-  std::function<void(Reply)> ask_;
-  boost::asio::local::stream_protocol::acceptor acceptor_;
-  std::string path_;  ///< "" when there is no socket
+  std::function<void(Ask)> ask_;
+  std::shared_ptr<net::LocalAcceptLoop> loop_;
+  std::list<std::shared_ptr<Client>> clients_;
+  bool asking_ = false;                   ///< an ask is under way: new clients wait for its answer
+  bool said_out_of_descriptors_ = false;  ///< once until a connection is taken again
+  std::shared_ptr<bool> alive_;           ///< handlers queued past the object's end do nothing
+  std::array<char, 16384> scratch_{};     ///< what a client sends is read and dropped
+  std::string path_;                      ///< "" when there is no socket
+  std::string own_dir_;                   ///< the private folder made in place of an unfit one
 };
 
 /// `dtlaunch stacks [PID]`: connects to the job's socket and prints what it answers on stdout.

@@ -78,5 +78,66 @@ class FileTimers(LaunchTest):
         self.assertNotIn("done rank 1", r.stdout)
 
 
+# A worker that writes what no FileTimerClient would to the FIFO: escape sequences, a carriage return
+# that would forge a line of dtlaunch's, 2000 lines in all; then it waits for dtlaunch to read them.
+GARBAGE = r'''
+import os, time
+with open(os.environ["TORCHELASTIC_TIMER_FILE"], "w") as fifo:
+    fifo.write("\x1b[2J\x1b]0;owned\x07\rdtlaunch: all is well\n")
+    for i in range(1999):
+        fifo.write(f"garbage {i}\n")
+time.sleep(1)
+print("wrote", flush=True)
+'''
+
+
+class WhatWorkersWrite(LaunchTest):
+    """What a worker writes to the FIFO, and what is at TORCHELASTIC_TIMER_FILE before the start;
+    Debian's python3 writes the requests, without torch."""
+
+    def job(self, script, **env):
+        path = os.path.join(self.tmp, "worker.py")
+        with open(path, "w") as f:
+            f.write(script)
+        return self.launch("--nproc_per_node=1", "--standalone", path,
+                           env=self.env(PYTHON_EXEC="/usr/bin/python3", TORCHELASTIC_ENABLE_FILE_TIMER="1", **env))
+
+    def test_garbage_in_the_fifo_is_shown_printable_three_times_then_counted(self):
+        r = self.job(GARBAGE)
+        self.assertExitCode(r, 0)
+        self.assertIn("wrote", r.stdout)
+        self.assertNotIn("\x1b", r.stderr)
+        self.assertNotIn("\r", r.stderr)
+        lines = [x for x in r.stderr.splitlines() if "FileTimerClient request" in x]
+        self.assertEqual(lines, [
+            "dtlaunch: warning: expiration timers: not a FileTimerClient request: "
+            "\\x1b[2J\\x1b]0;owned\\x07\\rdtlaunch: all is well",
+            "dtlaunch: warning: expiration timers: not a FileTimerClient request: garbage 0",
+            "dtlaunch: warning: expiration timers: not a FileTimerClient request: garbage 1 (more such lines are "
+            "counted, not shown)",
+            "dtlaunch: warning: expiration timers: 1997 more lines that are not FileTimerClient requests"], r.stderr)
+
+    def test_a_file_at_the_variable_s_path_is_replaced_as_torch_does_and_said(self):
+        given = os.path.join(self.tmp, "timers")
+        with open(given, "w") as f:
+            f.write("a user's file\n")
+        r = self.job("print('ran', flush=True)\n", TORCHELASTIC_TIMER_FILE=given)
+        self.assertExitCode(r, 0)
+        self.assertIn(f"dtlaunch: warning: TORCHELASTIC_TIMER_FILE={given} is a regular file already there: dtlaunch "
+                      "deletes it and makes the timers' FIFO in its place, as torch's FileTimerServer does\n", r.stderr)
+        self.assertFalse(os.path.exists(given))  # the FIFO went with the job, as torch's does
+
+    def test_a_folder_at_the_variable_s_path_is_one_line_and_exit_2_before_anything_starts(self):
+        folder = os.path.join(self.tmp, "timers")
+        os.mkdir(folder)
+        r = self.job("print('ran', flush=True)\n", TORCHELASTIC_TIMER_FILE=folder)
+        self.assertExitCode(r, 2)
+        self.assertEqual(r.stderr, f"dtlaunch: error: TORCHELASTIC_TIMER_FILE={folder} names a folder: the workers' "
+                         "expiration timers need a FIFO there (name a path that is not there yet, or unset it for "
+                         "one in the run's log folder)\n")
+        self.assertEqual(r.stdout, "")
+        self.assertTrue(os.path.isdir(folder))
+
+
 if __name__ == "__main__":
     main()

@@ -5,6 +5,7 @@ finds it, reads every rank's stack with py-spy, names the suspect, and --on_hang
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -241,7 +242,7 @@ class Hangs(LaunchTest):
         r = subprocess.run([DTLAUNCH, "stacks"], env=self.env(XDG_RUNTIME_DIR=runtime), capture_output=True, text=True,
                            timeout=60)
         self.assertExitCode(r, 0)
-        self.assertIn("dtlaunch: the stacks of 4 ranks on 1 nodes:\n", r.stdout)  # one host name: loopback
+        self.assertIn("dtlaunch: the stacks of 4 ranks on 2 nodes:\n", r.stdout)  # with one host name: loopback
         self.assertRegex(r.stdout, r"  ranks 0-2:\n    thread MainThread\n      all_reduce \(")
         self.assertRegex(r.stdout, r"  rank 3:\n    thread MainThread\n      stuck \(hang\.py:\d+\)")
         for done in [n.finish(timeout=120) for n in nodes]:
@@ -291,6 +292,53 @@ class Hangs(LaunchTest):
         self.assertEqual(r.stdout.count("]:user sitecustomize ran"), 2, r.stdout)  # the workers chain it
         [report] = self.reports()
         self.assertEqual({x["stack_by"] for x in report["ranks"]}, {"faulthandler"})
+
+    def test_names_a_rank_chose_reach_the_terminal_printable_and_the_json_as_they_are(self):
+        # A file name with an OSC sequence and a thread name with a screen clear and a carriage return
+        # that would forge a line of dtlaunch's, both of the rank's making; py-spy reads them.
+        thread = "\x1b[2J\rdtlaunch: all is well"
+        script = os.path.join(self.tmp, "names.py")
+        with open(script, "w") as f:
+            f.write("import sys, threading, time\n"
+                    f"threading.Thread(target=time.sleep, args=(3600,), name={thread!r}, daemon=True).start()\n"
+                    "print('ready', flush=True)\n"
+                    "exec(compile('import time\\ndef stuck():\\n    time.sleep(3600)\\n', 'evil\\x1b]0;owned\\x07.py', "
+                    "'exec'))\n"
+                    "stuck()\n")
+        r = self.launch("--nproc_per_node=1", "--standalone", "--log_dir", self.logs, "--hang_timeout=3",
+                        "--on_hang=fail", script, env=self.env(PYTHON_EXEC=PYTHON), timeout=60)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        for raw in ("\x1b", "\x07", "\r"):
+            self.assertNotIn(raw, r.stderr)
+        self.assertIn("    thread \\x1b[2J\\rdtlaunch: all is well\n", r.stderr)
+        self.assertIn("    thread MainThread\n      stuck (evil\\x1b]0;owned\\x07.py:3)\n      <module> (names.py:5)\n",
+                      r.stderr)
+        self.assertRegex(r.stderr, r"dtlaunch: suspect rank 0 on \S+ \(pid \d+\): stuck \(evil\\x1b\]0;owned\\x07\.py:3\)\n")
+        # The headline and the failure summary say the same number of seconds.
+        headline = re.search(r"dtlaunch: hang: no rank printed for (\d+) s \(--hang_timeout=3\)", r.stderr)
+        summary = re.search(r"hang: no rank printed for (\d+) s \(suspect: blocked\)", r.stderr.split("Root Cause")[1])
+        self.assertEqual(headline.group(1), summary.group(1), r.stderr)
+        [report] = self.reports()
+        self.assertIn(f"thread {thread}", report["ranks"][0]["stack"])
+
+    def test_a_rank_that_never_imported_threading_has_its_main_thread_named(self):
+        # py-spy 0.4 gives no thread name then; the main thread is told by its thread id.
+        runtime = os.path.join(self.tmp, "run")
+        os.mkdir(runtime, 0o700)
+        script = os.path.join(self.tmp, "plain.py")
+        with open(script, "w") as f:
+            f.write("import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+        env = self.env(PYTHON_EXEC="/usr/bin/python3", DTLAUNCH_PY_SPY=os.path.join(VENV, "bin", "py-spy"),
+                       XDG_RUNTIME_DIR=runtime)
+        job = Running([DTLAUNCH, "--nproc_per_node=1", "--standalone", script], env)
+        try:
+            job.wait_for("ready")
+            r = subprocess.run([DTLAUNCH, "stacks"], env=env, capture_output=True, text=True, timeout=60)
+            self.assertExitCode(r, 0)
+            self.assertIn("  rank 0:\n    thread MainThread\n      <module> (plain.py:3)\n", r.stdout)
+        finally:
+            job.proc.terminate()
+            job.finish()
 
     def test_hang_timeout_0_turns_the_watch_off(self):
         r = self.run_job("sleep", "--hang_timeout=0", "--on_hang=fail", STUCK_S="8")

@@ -33,6 +33,20 @@ class Restarts(LaunchTest):
         with open(listing) as f:
             self.assertEqual(f.read().split(), ["attempt_20"])
 
+    def test_a_restart_that_cannot_start_its_workers_ends_with_the_failure_s_summary_and_code(self):
+        # Rank 0 fails with 3 after putting a file where attempt 1's folder goes: the restart cannot
+        # start a worker (as when dtlaunch is out of descriptors: `pipe: Too many open files`), and
+        # the run ends as that failure would have ended it.
+        script = 'touch "$(dirname "$(dirname "$(dirname "$TORCHELASTIC_ERROR_FILE")")")/attempt_1"; exit 3'
+        r = self.launch("--standalone", "--max_restarts=2", "--no_python", "sh", "-c", script)
+        self.assertExitCode(r, 3)
+        self.assertIn("dtlaunch: error: cannot start worker 0: ", r.stderr)
+        self.assertIn("dtlaunch: warning: restart 1 could not start its workers: the run ends with the failure "
+                      "before it\n", r.stderr)
+        root = r.stderr.split("Root Cause (first observed failure):")[1]
+        self.assertIn("exitcode  : 3", root)
+        self.assertEqual(r.stderr.count("restarting the workers"), 1, r.stderr)
+
 
 if __name__ == "__main__":
     main()

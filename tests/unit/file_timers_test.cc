@@ -47,3 +47,23 @@ TEST_CASE("expiration timers: one per pid and scope, released by a negative time
   REQUIRE(quiet.size() == 1);
   CHECK(quiet[0].signal == 0);
 }
+
+TEST_CASE("expiration timers: lines that are no request are shown printable three times, then counted") {
+  using namespace std::chrono_literals;
+  BadLineLog log(10s);
+  const BadLineLog::Clock::time_point t0{};
+  CHECK(log.note("\x1b[2J\rdtlaunch: forged", t0) ==
+        "expiration timers: not a FileTimerClient request: \\x1b[2J\\rdtlaunch: forged");
+  CHECK(log.note("b", t0));
+  CHECK(log.note("c", t0) ==
+        "expiration timers: not a FileTimerClient request: c (more such lines are counted, not shown)");
+  CHECK_FALSE(log.due());
+  for (int i = 0; i < 1997; ++i) CHECK_FALSE(log.note(std::string(5000, 'x'), t0 + 1s));
+  CHECK(log.due() == t0 + 11s);
+  CHECK(log.summary() == "expiration timers: 1997 more lines that are not FileTimerClient requests");
+  CHECK_FALSE(log.due());
+  CHECK_FALSE(log.summary());
+  CHECK_FALSE(log.note("d", t0 + 30s));
+  CHECK(log.due() == t0 + 40s);
+  CHECK(log.summary() == "expiration timers: 1 more line that is not a FileTimerClient request");
+}

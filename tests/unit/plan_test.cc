@@ -23,6 +23,8 @@ struct Fixture {
       return it->second;
     };
   }
+  std::map<std::string, std::string> files;  ///< path -> its kind, as posix::file_kind says it
+
   /// The plan, or why the settings or the plan refuse the launch.
   Result<LaunchPlan> plan(std::vector<std::string> args) {
     auto parsed = config::parse_command_line(args, lookup());
@@ -33,6 +35,11 @@ struct Fixture {
                      if (port == 1) return fail("port 1 is taken");
                      return port == 0 ? 41000 : port;
                    }};
+    host.file_kind = [this](const std::string& path) -> std::optional<std::string> {
+      auto it = files.find(path);
+      if (it == files.end()) return std::nullopt;
+      return it->second;
+    };
     return make_plan(*parsed->options, host);
   }
   LaunchPlan ok(std::vector<std::string> args) {
@@ -282,4 +289,28 @@ TEST_CASE("torchrun's --run_path: the script through runpy.run_path, over --no_p
     CHECK(std::vector<std::string>(p.argv.begin() + 4, p.argv.end()) == std::vector<std::string>{"/etc/hostname", "a"});
   }
   CHECK(f.refused({"--run_path", "/no/such/script.py"}).message.find("script '/no/such/script.py' not found") == 0);
+}
+
+TEST_CASE("TORCHELASTIC_TIMER_FILE: a folder there is refused before the start, a file there is replaced and said") {
+  Fixture f;
+  f.files = {{"/run/timers", "a folder"}, {"/run/timers/.", "a folder"}, {"/run/old", "a regular file"},
+             {"/run/.", "a folder"}};
+  f.env["TORCHELASTIC_TIMER_FILE"] = "/run/timers";
+  CHECK(f.ok({"--no_python", "true"}).notices.size() == 0);  // without TORCHELASTIC_ENABLE_FILE_TIMER=1 nothing is served there
+  f.env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1";
+  auto e = f.refused({"--no_python", "true"});
+  CHECK(e.exit_code == 2);
+  CHECK(e.message ==
+        "TORCHELASTIC_TIMER_FILE=/run/timers names a folder: the workers' expiration timers need a FIFO there (name a "
+        "path that is not there yet, or unset it for one in the run's log folder)");
+  f.env["TORCHELASTIC_TIMER_FILE"] = "/run/old";
+  CHECK(f.ok({"--no_python", "true"}).notices ==
+        std::vector<std::string>{"warning: TORCHELASTIC_TIMER_FILE=/run/old is a regular file already there: dtlaunch "
+                                 "deletes it and makes the timers' FIFO in its place, as torch's FileTimerServer does"});
+  f.env["TORCHELASTIC_TIMER_FILE"] = "/run/new";
+  CHECK(f.ok({"--no_python", "true"}).notices.empty());
+  f.env["TORCHELASTIC_TIMER_FILE"] = "/nowhere/timers";
+  CHECK(f.refused({"--no_python", "true"}).message == "TORCHELASTIC_TIMER_FILE=/nowhere/timers: its folder /nowhere is not there");
+  f.env["TORCHELASTIC_TIMER_FILE"] = "";
+  CHECK(f.refused({"--no_python", "true"}).exit_code == 2);
 }

@@ -106,6 +106,21 @@ TEST_CASE("hang watch: py-spy's JSON and eu-stack's lines become stacks") {
         std::vector<std::string>{"thread 1", "__clock_nanosleep", "main", "", "thread 2", "poll - 1"});
 }
 
+TEST_CASE("hang watch: py-spy 0.4's threads without a name: the main one by its OS thread id, the others numbered") {
+  // `py-spy dump --json` of a Python that never imported `threading`, and of one thread it did not
+  // name: thread_name is null. The main thread's os_thread_id is the pid.
+  const std::string json = R"([{"pid": 70, "thread_id": 1, "thread_name": null, "os_thread_id": 71, "frames": [
+      {"name": "poll", "filename": "/w/io.py", "short_filename": "io.py", "line": 3}]},
+    {"pid": 70, "thread_id": 2, "thread_name": null, "os_thread_id": 70, "frames": [
+      {"name": "stuck", "filename": "/w/hang.py", "short_filename": "hang.py", "line": 4}]},
+    {"pid": 70, "thread_id": 3, "thread_name": "loader", "os_thread_id": 72, "frames": []}])";
+  auto stack = parse_py_spy(json);
+  REQUIRE(stack);
+  CHECK(*stack == std::vector<std::string>{"thread 1", "poll (io.py:3)", "", "thread MainThread", "stuck (hang.py:4)",
+                                           "", "thread loader"});
+  CHECK(main_thread(*stack) == std::vector<std::string>{"stuck (hang.py:4)"});  // not the first thread's
+}
+
 TEST_CASE("hang watch: faulthandler's dump becomes a stack, the signalled thread the main one") {
   const std::string dump = R"(Thread 0x00007f2a6bfff6c0 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 324 in wait

@@ -128,6 +128,23 @@ TEST_CASE("a group that could not start ends the run with 1") {
   CHECK(end->summary.empty());
 }
 
+TEST_CASE("a restart that cannot start its workers ends with the summary and the code of the failure before it") {
+  // Out of descriptors, say: `cannot start worker 0: pipe: Too many open files`.
+  FakeGroup g;
+  SupervisorState p(g, env(2), "train.py", "node-a");
+  p.start();
+  g.finished();
+  CHECK_FALSE(p.on_finished({{failure(1, 3, 10)}, false, {}}).ending);
+  g.finished();
+  auto step = p.on_finished({{}, true, {}});
+  CHECK(step.warnings == W{"restart 1 could not start its workers: the run ends with the failure before it"});
+  REQUIRE(step.ending);
+  CHECK(step.ending->exit_code == 3);
+  CHECK(step.ending->summary.find("Root Cause (first observed failure):\n[0]:") != std::string::npos);
+  CHECK(step.ending->summary.find("  rank      : 1 (local_rank: 1)\n") != std::string::npos);
+  CHECK(g.calls == W{"start restart 0", "start restart 1"});  // and no other restart
+}
+
 TEST_CASE("the stop sequence is the signal, the grace of --shutdown_timeout, then SIGKILL") {
   auto steps = stop_sequence(SIGINT, 0.5);
   REQUIRE(steps.size() == 2);
