@@ -11,7 +11,8 @@ void share_port_with_store(rendezvous::ServerOptions& server, store::Server& sto
       },
       [&store](boost::asio::ip::tcp::socket sock, const boost::asio::ip::tcp::endpoint& peer,
                std::vector<uint8_t> first) { store.adopt(std::move(sock), peer.address(), std::move(first)); },
-      store.options().max_connections, store.options().max_per_address};
+      store.options().max_connections, store.options().max_per_address,
+      [&store](const boost::asio::ip::address& peer) { return store.connections_from(peer) > 0; }};
   server.on_round = [&store] { store.reset(); };
 }
 

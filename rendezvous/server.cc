@@ -417,10 +417,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
           self->admission.leave(id);
         } else if (it->second->closing()) {
           it->second->close();  // its refusal could not be written in all that time
-        } else if (self->opts.shared_port && it->second->silent()) {
-          // No rendezvous peer keeps quiet: a client of the store sharing the port that waits to be
-          // spoken to (torch 1.13's TCPStore opens such a connection for its watched keys, and
-          // spins on its socket once it is closed). The store keeps it, within its own caps.
+        } else if (self->opts.shared_port && it->second->silent() && self->opts.shared_port->has_client &&
+                   self->opts.shared_port->has_client(it->second->remote().address())) {
+          // No rendezvous peer keeps quiet, and a store client from the same address opens a second
+          // connection it says nothing on (torch 1.13's, for its watched keys; closed, its worker
+          // spins on the socket). The store keeps it, within its caps; any other silent one goes.
           it->second->hand_over_once_read_ends();
         } else {
           self->drop(it->second, Ending::timed_out, "no handshake within " + std::to_string(deadline_ms.count()) + " ms");

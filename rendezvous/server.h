@@ -49,6 +49,10 @@ struct ServerOptions {
     /// proven the token.
     size_t connections = 0;
     size_t per_address = 0;
+    /// Whether the other protocol has a client connected from this address: a connection from it
+    /// that never spoke is that client's second one (torch 1.13's TCPStore opens one for its watched
+    /// keys and says nothing on it), and goes to it rather than being dropped.
+    std::function<bool(const boost::asio::ip::address& peer)> has_client;
   };
   std::optional<SharedPort> shared_port;
   /// Called as a round completes, before any node hears of it: a new worker group is to start.

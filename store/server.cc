@@ -317,6 +317,10 @@ void Server::close() {
 
 int Server::port() const { return impl_->accepting ? impl_->accepting->port() : 0; }
 size_t Server::connections() const { return impl_->conns.size(); }
+size_t Server::connections_from(const asio::ip::address& peer) const {
+  const auto it = impl_->per_address.find(peer);
+  return it == impl_->per_address.end() ? 0 : it->second;
+}
 const ServerOptions& Server::options() const { return impl_->opts; }
 const StoreState& Server::state() const { return impl_->state; }
 const ServerStats& Server::stats() const { return impl_->stats; }

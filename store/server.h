@@ -71,6 +71,8 @@ class Server {
   int port() const;  ///< of serve()'s acceptor; 0 before
   const ServerOptions& options() const;  ///< as given, with the caps of 0 worked out
   size_t connections() const;
+  /// Clients connected from `peer` now.
+  size_t connections_from(const boost::asio::ip::address& peer) const;
   const StoreState& state() const;
   const ServerStats& stats() const;
 

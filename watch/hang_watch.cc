@@ -75,10 +75,12 @@ HangWatch::HangWatch(asio::io_context& io, WatchSettings settings, std::function
   }
   site_dir_ = dir.string();
   tools_.hook = true;
-  spdlog::info(
-      "{}: a hung Python rank's stack comes from its faulthandler, which the workers register on signal {} "
-      "(sitecustomize.py in {}, first on their PYTHONPATH)",
-      why_hook, stacks_signal(), site_dir_);
+  // said when the workers first start: a launch refused before then has nothing to say about it
+  hook_notice_ = why_hook +
+                 ": a hung Python rank's stack comes from its faulthandler, which the workers register "
+                 "on signal " +
+                 std::to_string(stacks_signal()) + " (sitecustomize.py in " + site_dir_ +
+                 ", first on their PYTHONPATH)";
 }
 
 EnvPairs HangWatch::worker_variables(const std::string& stacks_file,
@@ -264,6 +266,7 @@ void HangWatch::signal(std::string cause) {
 
 void HangWatch::start(int attempt) {
   if (settings_.hang_timeout_s <= 0) return;
+  if (!hook_notice_.empty()) spdlog::info("{}", std::exchange(hook_notice_, ""));
   attempt_ = attempt;
   ++generation_;
   watch_.reset();

@@ -125,6 +125,7 @@ class HangWatch {
   unsigned generation_ = 0;  ///< a stack reading from an earlier attempt is dropped
   StackTools tools_;         ///< how stacks are read here, decided at start
   std::string site_dir_;     ///< the folder of dtlaunch's sitecustomize.py, with the hook
+  std::string hook_notice_;  ///< the line that says so, for the workers' first start
   /// An eventfd the current reading's readers watch: written, they end at once.
   struct EventFd {
     EventFd() : fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}

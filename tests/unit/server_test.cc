@@ -200,7 +200,7 @@ TEST_CASE("with a shared port, a peer that never spoke goes to the other protoco
                                               taken.emplace(std::move(s));
                                               first = std::move(bytes);
                                             },
-                                            8, 4};
+                                            8, 4, [](const asio::ip::address& peer) { return peer.to_string() == "127.0.0.1"; }};
   Server server(io, o);
   auto socks = stalled(io, server.port(), 1);
   REQUIRE(run_until(io, [&] { return taken.has_value(); }));
@@ -211,4 +211,10 @@ TEST_CASE("with a shared port, a peer that never spoke goes to the other protoco
   std::string got(5, '\0');
   asio::read(*taken, asio::buffer(got));
   CHECK(got == "watch");
+  // a silent one from an address the other protocol has no client from is dropped as ever
+  taken.reset();
+  auto stranger = stalled(io, server.port(), 1, {"127.0.0.2"});
+  REQUIRE(run_until(io, [&] { return server.stats().unauthenticated == 1; }));
+  REQUIRE(run_until(io, [&] { return server.stats().unauthenticated == 0; }));
+  CHECK_FALSE(taken.has_value());
 }
