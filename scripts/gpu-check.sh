@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU, in a few minutes: builds dtl-train against this machine's
+# On a machine with an NVIDIA GPU, in at most 8 minutes: builds dtl-train against this machine's
 # torch (scripts/build-cuda.sh, NCCL) and, meanwhile, hangs an NCCL job on purpose; then measures
-# NCCL's all_reduce, trains dtl-train under dtlaunch with NCCL, and measures bf16 tokens/s and model
-# FLOPs utilisation of the GPT-2-small preset, then each ZeRO stage and the optimizer's offload to
-# host memory with their peak device memory. Prints the figures for BENCHMARKS.md.
+# NCCL's all_reduce, trains dtl-train under dtlaunch with NCCL on one rank and two, and measures
+# GPT-2 small's tokens/s (beside llm.c's 468,000 per GPU), model FLOPs utilisation and peak device
+# memory: bf16 with dtl-train's fast paths (its classifier, torch's SDPA: the start line names the
+# kernel torch chose) and with torch's ops, fp16 with the loss scaler, each ZeRO stage, the
+# optimizer's offload to host memory, and the other of cuDNN's and flash attention. Prints the
+# figures for BENCHMARKS.md.
 #
 #   scripts/gpu-check.sh
 #
@@ -17,7 +20,9 @@
 # PEAK_TFLOPS  the GPU's dense bf16 peak (default: 989 for H100/H200, 312 for A100, else required)
 # GPU_CHECK_OUT  folder for summary.txt and logs.tar.gz (default: a new folder under /tmp)
 # NCCL_BANDWIDTH 0: skip the all_reduce bandwidth
-# ZERO_STEPS   steps of each ZeRO run (default 30; 0 skips them)
+# ZERO_STEPS   steps of each GPT-2 run after the first (default 30; 0 skips them)
+# GPU_CHECK_BUDGET_S  seconds from the start after which no GPT-2 run starts, and which none outlasts
+#              (default 480); the runs it leaves out are named, and the check then fails
 #
 # On a machine without dtlaunch's libraries (a GPU machine with torch, CUDA, CMake and a compiler,
 # nothing to install from), first run scripts/gpu-prepare.sh where they are, and carry gpu-kit/:
@@ -40,6 +45,10 @@ out=${GPU_CHECK_OUT:-$(mktemp -d /tmp/gpu-check.XXXXXX)}
 logs=$(mktemp -d /tmp/gpu-check-logs.XXXXXX)
 mkdir -p "$out"
 failed=()
+skipped=()
+budget=${GPU_CHECK_BUDGET_S:-480}
+LLMC_TOKENS_PER_S=468000  # llm.c's GPT-2 small (124M), bf16, per H100 GPU
+GOAL_TOKENS_PER_S=470000
 say() { echo "gpu-check: $*" | tee -a "$out/summary.txt"; }
 fail() { failed+=("$1"); say "FAIL: $*"; }
 # Each line of a job's output with the time it was read (seconds since the epoch).
@@ -49,7 +58,9 @@ since() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN {printf "
 finish() {
   tar -C "$logs" -czf "$out/logs.tar.gz" . 2>/dev/null
   say "done in $((SECONDS)) s; summary and logs in $out"
-  [ ${#failed[@]} -eq 0 ] || { say "failed: ${failed[*]}"; exit 1; }
+  [ ${#skipped[@]} -eq 0 ] || say "not run, out of time: ${skipped[*]}"
+  [ ${#failed[@]} -eq 0 ] || say "failed: ${failed[*]}"
+  if [ ${#failed[@]} -gt 0 ] || [ ${#skipped[@]} -gt 0 ]; then exit 1; fi
 }
 trap finish EXIT
 
@@ -173,48 +184,79 @@ print(f"dtl-train, NCCL, {sys.argv[2]} rank(s): loss {first:.3f} -> {last:.3f}  
 PY
 done
 
-# GPT-2 small in bf16 on one rank: `gpt2 NAME STEPS TIMEOUT [dtl-train flags]` trains it and prints
-# tokens/s, MFU, the peak device memory (torch.cuda.max_memory_allocated) and where AdamW's state
-# is, over the timed steps (the first 10 warm up).
+# GPT-2 small on one rank: `gpt2 NAME STEPS TIMEOUT [dtl-train flags]` trains it (bf16 unless the
+# flags name another precision) and prints, over the timed steps (the first 10 warm up), tokens/s
+# beside llm.c's per-GPU figure, MFU (the start line's FLOPs per token: 6N + 12 L C T), the peak
+# device memory (torch.cuda.max_memory_allocated), where AdamW's state is, and the kernels the start
+# line names (the attention's as torch chose it). A run that the time budget cannot hold is skipped.
 gpt2() {
-  local name=$1 n=$2 limit=$3
+  local name=$1 n=$2 limit=$3 left
   shift 3
-  if ! timeout "$limit" "$dtlaunch" --standalone --nproc_per_node=1 --no_python "$trainer" --preset gpt2-small \
-    --backend nccl --mixed_precision bf16 --batch_size "$batch" --steps "$n" --log_every 10 --peak_tflops "$peak" \
-    --metrics "$logs/$name.jsonl" "$@" >"$logs/$name.log" 2>&1; then
-    tail -20 "$logs/$name.log" >>"$out/summary.txt"
-    fail "$name: the GPT-2 run ($*) failed (tail above)"
+  [[ " $* " == *" --mixed_precision "* ]] || set -- --mixed_precision bf16 "$@"
+  left=$((budget - SECONDS - 10))
+  if [ "$left" -lt 45 ]; then
+    skipped+=("$name")
+    say "$name: not run, $((budget - SECONDS)) s of the ${budget} s budget left (dtl-train $*)"
     return 1
   fi
-  "$python" - "$logs/$name.jsonl" "$logs/$name.log" "$name" "$batch" <<'PY' | while read -r l; do say "$l"; done
+  [ "$limit" -le "$left" ] || limit=$left
+  if ! timeout "$limit" "$dtlaunch" --standalone --nproc_per_node=1 --no_python "$trainer" --preset gpt2-small \
+    --backend nccl --batch_size "$batch" --steps "$n" --log_every 10 --peak_tflops "$peak" \
+    --metrics "$logs/$name.jsonl" "$@" >"$logs/$name.log" 2>&1; then
+    tail -20 "$logs/$name.log" >>"$out/summary.txt"
+    fail "$name: the GPT-2 run ($*) failed or ran past ${limit} s (tail above)"
+    return 1
+  fi
+  "$python" - "$logs/$name.jsonl" "$logs/$name.log" "$name" "$batch" "$LLMC_TOKENS_PER_S" "$GOAL_TOKENS_PER_S" <<'PY' | while read -r l; do say "$l"; done
 import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][1:]  # the first 10 steps warm up
 log = open(sys.argv[2]).read()
+name, batch, llmc, goal = sys.argv[3], sys.argv[4], float(sys.argv[5]), float(sys.argv[6])
 time = sum(r["step_time_s"] for r in rows)
 tokens_per_s = sum(r["tokens_per_s"] * r["step_time_s"] for r in rows) / time
 mfu = sum(r["mfu"] * r["step_time_s"] for r in rows) / time
+start = re.search(r"mixed precision (\w+), (.*?), data ", log)
 peak = re.search(r"peak device memory: (\d+) bytes", log)
 held = re.search(r"optimizer state (\d+) bytes( in host memory)?", log)
-print(f"GPT-2 small, bf16, {sys.argv[3]}, batch {sys.argv[4]} x 1024: {tokens_per_s:,.0f} tokens/s, "
-      f"step {time / len(rows) * 1e3:.1f} ms, MFU {mfu * 100:.1f}%  [{'PASS' if mfu >= 0.4 else 'MISS'} goal >= 40%], "
-      f"peak device memory {int(peak.group(1)) / 2**30:.2f} GiB, AdamW state {int(held.group(1)) / 2**30:.2f} GiB"
-      f"{' in host memory' if held.group(2) else ' on the GPU'}, final loss {rows[-1]['loss']:.3f}")
+skipped = len(re.findall(r"gradients not finite at loss scale", log))
+verdict = f" [{'PASS' if tokens_per_s >= goal else 'MISS'} goal >= {goal:,.0f}]" if name == "zero0" else ""
+print(f"GPT-2 small, {start.group(1)}, {name}, batch {batch} x 1024: {tokens_per_s:,.0f} tokens/s = "
+      f"{tokens_per_s / llmc:.2f}x llm.c's {llmc:,.0f} per GPU{verdict}, MFU {mfu * 100:.1f}%, "
+      f"step {time / len(rows) * 1e3:.1f} ms, peak device memory {int(peak.group(1)) / 2**30:.2f} GiB, "
+      f"AdamW state {int(held.group(1)) / 2**30:.2f} GiB{' in host memory' if held.group(2) else ' on the GPU'}, "
+      f"final loss {rows[-1]['loss']:.3f}{f', {skipped} step(s) skipped by the loss scaler' if skipped else ''}; "
+      f"kernels: {start.group(2)}")
 PY
 }
 
-# 5. GPT-2 small in bf16, data parallel (--zero 0).
-gpt2 gpt2 "$steps" 420 && say "$(grep -m1 "dtl-train: 1 rank" "$logs/gpt2.log" | sed 's/^\[default0\]://')"
-
-# 6. The same at ZeRO stages 1-3, and at stage 2 with AdamW's state and step in host memory (stage
-# 0 is step 5). One rank: every stage's code runs on the GPU, and the offload moves the 8 bytes per
-# parameter of AdamW's moments off it.
+# 5. GPT-2 small in bf16, data parallel (--zero 0), with dtl-train's fast paths (the default
+# --kernels fused). Every GPT-2 run ends within GPU_CHECK_BUDGET_S seconds of the start.
+gpt2 zero0 "$steps" 300 && say "$(grep -m1 "dtl-train: 1 rank" "$logs/zero0.log" | sed 's/^\[default0\]://')"
 zero_steps=${ZERO_STEPS:-30}
 if [ "$zero_steps" -gt 10 ]; then
-  for stage in 1 2 3; do gpt2 "zero$stage" "$zero_steps" 300 --zero "$stage"; done
-  gpt2 zero2-offload "$zero_steps" 300 --zero 2 --offload_optimizer cpu
+  # 6. ZeRO stages 1-3, and stage 2 with AdamW's state and step in host memory. One rank: every
+  # stage's code runs on the GPU, and the offload moves the 8 bytes per parameter of AdamW's
+  # moments off it.
+  for stage in 1 2 3; do gpt2 "zero$stage" "$zero_steps" 200 --zero "$stage"; done
+  gpt2 zero2-offload "$zero_steps" 200 --zero 2 --offload_optimizer cpu
   # Offload needs a sharded optimizer: at stage 0 it is refused in one line.
   if "$trainer" --preset tiny --steps 1 --offload_optimizer cpu >"$logs/offload0.log" 2>&1 ||
     ! grep -q "it needs --zero 1, 2 or 3" "$logs/offload0.log"; then
     fail "offload at stage 0: not refused as expected (offload0.log)"
   fi
+  # 7. fp16 with the dynamic loss scaler, stage 0.
+  gpt2 zero0-fp16 "$zero_steps" 200 --mixed_precision fp16
+  # 8. If time is left (these two are not required): torch's ops instead of the fast paths, for the
+  # difference they make; and the other of cuDNN's and flash attention than torch chose for step 5.
+  other=
+  if grep -q "SDPA (cuDNN" "$logs/zero0.log"; then other=flash; elif grep -q "SDPA (flash" "$logs/zero0.log"; then other=cudnn; fi
+  for extra in torch-ops ${other:+$other}; do
+    if [ $((budget - SECONDS)) -lt 90 ]; then
+      say "zero0-$extra: not run (not required), $((budget - SECONDS)) s of the ${budget} s budget left"
+    elif [ "$extra" = torch-ops ]; then
+      gpt2 zero0-torch-ops "$zero_steps" 200 --kernels torch
+    else
+      gpt2 "zero0-$extra" "$zero_steps" 200 --attention "$extra"
+    fi
+  done
 fi

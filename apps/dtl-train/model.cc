@@ -82,7 +82,7 @@ class Recompute : public torch::autograd::Function<Recompute> {
 
 }  // namespace
 
-BlockImpl::BlockImpl(const ModelShape& s, bool fused_cpu) : heads_(s.heads), dropout_(s.dropout), fused_cpu_(fused_cpu) {
+BlockImpl::BlockImpl(const ModelShape& s, bool fused) : heads_(s.heads), dropout_(s.dropout), fused_(fused) {
   ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.width})));
   qkv_ = register_module("qkv", torch::nn::Linear(s.width, 3 * s.width));
   proj_ = register_module("proj", torch::nn::Linear(s.width, s.width));
@@ -99,8 +99,10 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   const bool train = is_training() && dropout_ > 0;
   auto qkv = linear(qkv_, ln1_->forward(x));
   torch::Tensor y;
-  if (fused_cpu_ && !train && fused_attention_usable(qkv)) {
+  if (fused_ && !train && fused_attention_usable(qkv)) {
     y = fused_causal_attention(qkv, heads_);
+  } else if (fused_) {
+    y = sdpa_causal_attention(qkv, heads_, train ? dropout_ : 0.0);
   } else {
     auto heads = qkv.view({B, T, 3, heads_, C / heads_}).permute({2, 0, 3, 1, 4});
     auto q = heads[0], k = heads[1], v = heads[2];  // (B, heads, T, head width)
@@ -120,16 +122,16 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   if (train) y = F::dropout(y, F::DropoutFuncOptions().p(dropout_).training(true));
   auto h = x + y;
   auto u = linear(fc_, ln2_->forward(h));
-  auto m = linear(fc_proj_, fused_cpu_ && fused_gelu_usable(u) ? fused_gelu_tanh(u) : torch::gelu(u, "tanh"));
+  auto m = linear(fc_proj_, fused_ && fused_gelu_usable(u) ? fused_gelu_tanh(u) : torch::gelu(u, "tanh"));
   if (train) m = F::dropout(m, F::DropoutFuncOptions().p(dropout_).training(true));
   return h + m;
 }
 
-GptImpl::GptImpl(const ModelShape& s, bool fused_cpu) : shape_(s) {
+GptImpl::GptImpl(const ModelShape& s, bool fused) : shape_(s), fused_(fused) {
   tok_ = register_module("tok", torch::nn::Embedding(s.vocab, s.width));
   pos_ = register_module("pos", torch::nn::Embedding(s.context, s.width));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
-  for (int i = 0; i < s.layers; ++i) blocks_->push_back(Block(s, fused_cpu));
+  for (int i = 0; i < s.layers; ++i) blocks_->push_back(Block(s, fused));
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.width})));
 
   // GPT-2: N(0, 0.02) everywhere, residual projections scaled down by sqrt(2 * layers).
@@ -150,7 +152,9 @@ GptImpl::GptImpl(const ModelShape& s, bool fused_cpu) : shape_(s) {
   }
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens) { return torch::linear(hidden(tokens), tok_->weight); }
+
+torch::Tensor GptImpl::hidden(const torch::Tensor& tokens) {
   const auto T = tokens.size(1);
   auto x = tok_->forward(tokens) + pos_->weight.narrow(0, 0, T);
   if (is_training() && shape_.dropout > 0) {
@@ -174,14 +178,19 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
       x = b->forward(x);
     }
   }
-  return torch::linear(ln_f_->forward(x), tok_->weight);
+  return ln_f_->forward(x);
 }
 
 torch::Tensor GptImpl::loss(const torch::Tensor& tokens) {
   const auto T = tokens.size(1) - 1;
+  auto targets = tokens.narrow(1, 1, T).reshape({-1});
+  if (fused_) {
+    const at::Tensor h = hidden(tokens.narrow(1, 0, T));
+    const c10::ScalarType dtype = autocast_dtype(h.device()).value_or(h.scalar_type());
+    return fused_classifier_loss(h.reshape({-1, h.size(-1)}), tok_->weight, targets, dtype);
+  }
   auto logits = forward(tokens.narrow(1, 0, T));
-  auto targets = tokens.narrow(1, 1, T);
-  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}));
+  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets);
 }
 
 Parameters parameters_of(Gpt& model) {

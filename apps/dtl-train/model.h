@@ -15,14 +15,14 @@ namespace dtl::train {
 
 class BlockImpl : public torch::nn::Module {
  public:
-  /// `fused_cpu`: GELU and attention through fused_ops.h where they take the tensors.
-  BlockImpl(const ModelShape& shape, bool fused_cpu);
+  /// `fused`: GELU and attention through fused_ops.h where they take the tensors (--kernels fused).
+  BlockImpl(const ModelShape& shape, bool fused);
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
   int heads_;
   double dropout_;
-  bool fused_cpu_;
+  bool fused_;
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc_{nullptr}, fc_proj_{nullptr};
   torch::Tensor causal_mask_;  ///< only where scaled_dot_product_attention is missing (libtorch 1.x)
@@ -41,9 +41,10 @@ class BlockParameters {
 
 class GptImpl : public torch::nn::Module {
  public:
-  /// Initialises with GPT-2's scheme from the current torch seed; `fused_cpu` as for BlockImpl
-  /// (the parameters and what they compute are the same either way).
-  explicit GptImpl(const ModelShape& shape, bool fused_cpu = true);
+  /// Initialises with GPT-2's scheme from the current torch seed; `fused` as for BlockImpl, and
+  /// the loss through fused_classifier_loss (the parameters and what they compute are the same
+  /// either way, to the rounding fused_ops.h states).
+  explicit GptImpl(const ModelShape& shape, bool fused = true);
   /// (batch, time) token ids -> (batch, time, vocab) logits.
   torch::Tensor forward(const torch::Tensor& tokens);
   /// Mean next-token cross-entropy of (batch, context + 1) tokens, computed in fp32.
@@ -59,7 +60,11 @@ class GptImpl : public torch::nn::Module {
   void set_block_parameters(BlockParameters* host) { host_ = host; }
 
  private:
+  /// The final LayerNorm's output: what the tied output layer multiplies.
+  torch::Tensor hidden(const torch::Tensor& tokens);
+
   ModelShape shape_;
+  bool fused_;
   torch::nn::Embedding tok_{nullptr}, pos_{nullptr};
   torch::nn::ModuleList blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};

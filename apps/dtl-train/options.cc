@@ -193,8 +193,11 @@ std::string check_options(const TrainOptions& o) {
   else if (o.zero < 0 || o.zero > 3) e << "--zero must be 0, 1, 2 or 3 (got " << o.zero << ")";
   else if (o.offload_optimizer != "none" && o.offload_optimizer != "cpu")
     e << "--offload_optimizer must be none or cpu (got '" << o.offload_optimizer << "')";
-  else if (o.cpu_kernels != "fused" && o.cpu_kernels != "torch")
-    e << "--cpu_kernels must be fused or torch (got '" << o.cpu_kernels << "')";
+  else if (o.kernels != "fused" && o.kernels != "torch")
+    e << "--kernels must be fused or torch (got '" << o.kernels << "')";
+  else if (o.attention != "auto" && o.attention != "cudnn" && o.attention != "flash" && o.attention != "efficient" &&
+           o.attention != "math")
+    e << "--attention must be auto, cudnn, flash, efficient or math (got '" << o.attention << "')";
   else if (!(o.bucket_mb > 0)) e << "--bucket_mb must be > 0 (got " << o.bucket_mb << ")";
   else if (!(o.timeout_s > 0)) e << "--timeout must be > 0 seconds (got " << o.timeout_s << ")";
   else if (o.checkpoint_every < 1) e << "--checkpoint_every must be >= 1 (got " << o.checkpoint_every << ")";
@@ -256,8 +259,12 @@ ParseResult parse_train_args(const std::vector<std::string>& args, const EnvLook
   auto* checkpointing = app.add_flag("--activation_checkpointing", v.activation_checkpointing,
                "recompute each block's activations in backward: less memory, the same gradients "
                "(default: FSDP_ACTIVATION_CHECKPOINTING in an FSDP run, else off)");
-  app.add_option("--cpu_kernels", v.cpu_kernels,
-                 "fused (default: dtl-train's GELU and causal attention on CPU float tensors) or torch (torch's ops)");
+  app.add_option("--kernels,--cpu_kernels", v.kernels,
+                 "fused (default: the fused classifier; on CPU float tensors dtl-train's GELU and causal attention, "
+                 "elsewhere torch's scaled_dot_product_attention) or torch (torch's ops)");
+  app.add_option("--attention", v.attention,
+                 "auto (default: torch picks), cudnn, flash, efficient or math: the only kernel torch's "
+                 "scaled_dot_product_attention may run, where it runs (libtorch 2.5+; 1.x has only math)");
   app.add_option("--bucket_mb", v.bucket_mb, "gradient bucket size in MB for the overlapped allreduce (default 25)");
   app.add_option("--timeout", v.timeout_s, "seconds a collective may wait for a peer before failing (default 300)");
   app.add_option("--checkpoint_dir", v.checkpoint_dir, "directory of the checkpoint; resumed from at start when present");

@@ -46,7 +46,10 @@ struct TrainOptions {
   /// none, or cpu: each rank's shard of AdamW state and its step in host memory (a CUDA run with
   /// ZeRO 1-3); on a CPU run the state is there already, and it changes nothing
   std::string offload_optimizer = "none";
-  std::string cpu_kernels = "fused";  ///< fused (fused_ops.h where they apply) or torch (torch's ops only)
+  std::string kernels = "fused";  ///< fused (fused_ops.h where they apply) or torch (torch's ops only)
+  /// Which of torch's scaled_dot_product_attention kernels may run where it runs: auto (torch picks),
+  /// cudnn, flash, efficient or math
+  std::string attention = "auto";
   double bucket_mb = 25;
   double timeout_s = 300;  ///< collectives and the store give up after this long
   std::string checkpoint_dir;

@@ -13,6 +13,7 @@
 #include <limits>
 #include <sstream>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
 #include <torch/serialize.h>
@@ -78,14 +79,43 @@ Placement place(const TrainOptions& o, const LaunchEnv& env) {
   return p;
 }
 
-/// What the model's GELU and attention run on, for the start line: fused_ops.h's own conditions,
-/// asked of an empty tensor of what they will be given (the autocast dtype under autocast).
+/// What the model's GELU, attention and loss run on, for the start line: fused_ops.h's own
+/// conditions, asked of tensors like those they will be given (the autocast dtype under autocast),
+/// and for torch's attention the kernel torch picks for them.
 std::string kernels_used(const TrainOptions& o, c10::Device device, std::optional<c10::ScalarType> autocast) {
-  const at::Tensor given = at::empty({0}, at::TensorOptions(device).dtype(autocast.value_or(at::kFloat)));
-  if (o.cpu_kernels != "fused" || !fused_gelu_usable(given)) return "torch's ops";
-  if (o.model.dropout > 0) return "fused GELU, torch's attention (dropout)";
-  if (!fused_attention_usable(given)) return "fused GELU, torch's attention (no sgemm in the process)";
-  return "fused GELU and attention";
+  if (o.kernels != "fused") return "torch's ops";
+  const auto options = at::TensorOptions(device).dtype(autocast.value_or(at::kFloat));
+  const at::Tensor given = at::empty({0}, options);
+  const bool gelu = fused_gelu_usable(given);
+  std::string why;
+  if (o.model.dropout > 0) {
+    why = "; dropout";
+  } else if (fused_attention_usable(given)) {
+    return "fused GELU and attention, fused classifier";
+  } else if (gelu) {
+    why = "; no sgemm in the process";
+  }
+  const at::Tensor qkv = at::empty({o.batch_size, o.model.context, 3 * o.model.width}, options);
+  return std::string(gelu ? "fused GELU" : "torch's GELU") + ", attention by torch's SDPA (" +
+         sdpa_backend(qkv, o.model.heads, o.model.dropout) + why + "), fused classifier";
+}
+
+/// --attention: the one kernel torch's scaled_dot_product_attention may pick, by torch's own
+/// switches (process-wide); auto leaves them as they are.
+void restrict_attention(const std::string& which) {
+  if (which == "auto") return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  at::Context& context = at::globalContext();
+  context.setSDPUseCuDNN(which == "cudnn");
+  context.setSDPUseFlash(which == "flash");
+  context.setSDPUseMemEfficient(which == "efficient");
+  context.setSDPUseMath(which == "math");
+#else
+  if (which != "math") {
+    throw UsageError("--attention " + which + ": libtorch " + TORCH_VERSION +
+                     " lets dtl-train choose none of scaled_dot_product_attention's kernels (2.5+ does)");
+  }
+#endif
 }
 
 size_t parameter_bytes(const std::vector<at::Tensor>& params) {
@@ -183,14 +213,13 @@ std::optional<c10::ScalarType> autocast_for(const TrainOptions& o, c10::Device d
 /// where it came from.
 std::string start_line(const TrainOptions& o, const LaunchEnv& env, const Placement& placement,
                        const Batching& batching, const Reducer& reducer, const TokenSource& data,
-                       std::optional<c10::ScalarType> autocast, const std::optional<LossScaler>& scaler) {
+                       const std::string& kernels, const std::optional<LossScaler>& scaler) {
   std::ostringstream s;
   s << "dtl-train: " << env.world_size << " rank(s), " << placement.backend << " on " << placement.device.str() << ", "
     << (parameter_count(o.model) / 1e6) << "M parameters (" << shape_text(o.model) << "), global batch "
     << batching.global() << " x " << o.model.context << " tokens, " << reducer.bucket_count() << " gradient buckets, "
-    << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision " << o.mixed_precision << ", "
-    << kernels_used(o, placement.device, autocast) << ", data " << data.describe() << "; "
-    << sourced(o, "mixed_precision", o.mixed_precision) << ", "
+    << flops_per_token(o.model) / 1e6 << " MFLOP/token, mixed precision " << o.mixed_precision << ", " << kernels
+    << ", data " << data.describe() << "; " << sourced(o, "mixed_precision", o.mixed_precision) << ", "
     << sourced(o, "grad_accum", std::to_string(o.grad_accum)) << ", " << sourced(o, "grad_clip", c10::str(o.grad_clip))
     << ", " << sourced(o, "activation_checkpointing", o.activation_checkpointing ? "on" : "off") << ", "
     << sourced(o, "zero", std::to_string(o.zero)) << ", " << sourced(o, "offload_optimizer", o.offload_optimizer)
@@ -317,12 +346,18 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   const Placement placement = place(o, env);
   const c10::Device device = placement.device;
   const std::optional<c10::ScalarType> autocast = autocast_for(o, device);
+  restrict_attention(o.attention);
+  const std::string kernels = kernels_used(o, device, autocast);
+  if (o.attention != "auto" && kernels.find("none fits") != std::string::npos) {
+    throw UsageError("--attention " + o.attention + ": torch's scaled_dot_product_attention cannot run it for this " +
+                     "model on " + device.str() + " (" + kernels + ")");
+  }
   const bool leader = env.rank == 0;
   const std::string checkpoint = o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/checkpoint.pt";
 
   doing = "building the model";
   torch::manual_seed(o.seed);
-  Gpt model(o.model, o.cpu_kernels == "fused");
+  Gpt model(o.model, o.kernels == "fused");
   model->set_activation_checkpointing(o.activation_checkpointing);
   model->to(device);
   model->train();
@@ -380,7 +415,7 @@ int train(const TrainOptions& o, const LaunchEnv& env, std::string& doing, std::
   }
 
   if (leader) {
-    say(start_line(o, env, placement, batching, reducer, *data, autocast, scaler));
+    say(start_line(o, env, placement, batching, reducer, *data, kernels, scaler));
     if (!device.is_cuda()) warn_about_blas();
   }
   std::ofstream metrics;

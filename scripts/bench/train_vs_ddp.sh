@@ -23,7 +23,8 @@
 # OPENBLAS_CORETYPE  passed to both sides, as any variable; the kernel set in use is printed at the
 #             top. Haswell (AVX2) runs at half the speed of OpenBLAS's own choice on an AVX-512
 #             machine: `env -u OPENBLAS_CORETYPE scripts/bench/...` measures that
-# CPU_KERNELS dtl-train's --cpu_kernels (default fused; torch: torch's ops, as the Python side)
+# KERNELS     dtl-train's --kernels (default fused; torch: torch's ops, as the Python side; CPU_KERNELS
+#             is its older name)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -32,7 +33,7 @@ dtlaunch=$build/apps/dtlaunch/dtlaunch
 trainer=$build/apps/dtl-train/dtl-train
 python=${TORCHRUN_PYTHON:-/usr/bin/python3}
 rounds=${ROUNDS:-3}
-cpu_kernels=${CPU_KERNELS:-fused}
+kernels=${KERNELS:-${CPU_KERNELS:-fused}}
 steps=${STEPS:-20}
 bucket_mb=${BUCKET_MB:-4}
 which=${1:-all}
@@ -55,7 +56,7 @@ torch_info=$(OPENBLAS_VERBOSE=2 "$python" -c 'import torch; print("torch", torch
 core=$(sed -n 's/^Core: //p' <<<"$torch_info" | head -1)
 echo "machine: $(nproc) CPUs, $(uname -m), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1); $(grep -m1 '^torch ' <<<"$torch_info")"
 echo "BLAS: $(readlink -f "$blas")${core:+, OpenBLAS kernels: $core}${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
-echo "both sides: 2 ranks, Gloo, OMP_NUM_THREADS=1, AdamW, warmup+cosine, clip 1.0, $bucket_mb MB buckets, $steps steps; dtl-train --cpu_kernels $cpu_kernels"
+echo "both sides: 2 ranks, Gloo, OMP_NUM_THREADS=1, AdamW, warmup+cosine, clip 1.0, $bucket_mb MB buckets, $steps steps; dtl-train --kernels $kernels"
 
 run_pair() {  # name, then the shape flags shared by both programs
   local name=$1; shift
@@ -65,7 +66,7 @@ run_pair() {  # name, then the shape flags shared by both programs
   local r
   for r in $(seq 1 "$rounds"); do
     "$dtlaunch" --standalone --nproc_per_node=2 --no_python "$trainer" "${shape[@]}" --steps "$steps" \
-      --log_every 5 --bucket_mb "$bucket_mb" --cpu_kernels "$cpu_kernels" --metrics "$tmp/$name.dtl.$r.jsonl" >"$tmp/$name.dtl.$r.log" 2>&1 ||
+      --log_every 5 --bucket_mb "$bucket_mb" --kernels "$kernels" --metrics "$tmp/$name.dtl.$r.jsonl" >"$tmp/$name.dtl.$r.log" 2>&1 ||
       { cat "$tmp/$name.dtl.$r.log"; exit 1; }
     # torchrun 1.13's agent sometimes loses its own store while its workers exit: one retry.
     local try

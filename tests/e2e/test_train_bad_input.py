@@ -26,7 +26,7 @@ class BadInput(TrainTest):
     def test_an_unknown_preset_and_a_bad_backend(self):
         self.check(["--preset", "huge"], "--preset must be default, tiny or gpt2-small (got 'huge')")
         self.check(["--backend", "mpi"], "--backend must be auto, nccl or gloo (got 'mpi')")
-        self.check(["--cpu_kernels", "mkl"], "--cpu_kernels must be fused or torch (got 'mkl')")
+        self.check(["--kernels", "mkl"], "--kernels must be fused or torch (got 'mkl')")
 
     def test_nccl_without_a_gpu_or_an_nccl_build(self):
         # A CPU build says what it lacks; an NCCL build (scripts/build-cuda.sh) on a machine without a GPU, that.
@@ -48,6 +48,16 @@ class BadInput(TrainTest):
                                  r"works there\n$")
         self.check([*TINY], "ACCELERATE_MIXED_PRECISION=fp8 is not supported (use no, bf16 or fp16)",
                    env=self.env(ACCELERATE_MIXED_PRECISION="fp8"))
+
+    def test_an_attention_kernel_torch_cannot_run_here_is_refused(self):
+        # With dropout the model's attention is torch's SDPA, which has no cuDNN kernel on a CPU.
+        r = subprocess.run([DTL_TRAIN, *TINY, "--device", "cpu", "--dropout", "0.1", "--attention", "cudnn"],
+                           env=self.env(), capture_output=True, text=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertRegex(r.stderr, r"^dtl-train: error: --attention cudnn: (libtorch [\d.]+ lets dtl-train choose none "
+                         r"of scaled_dot_product_attention's kernels \(2\.5\+ does\)|torch's "
+                         r"scaled_dot_product_attention cannot run it for this model on cpu \(.*none fits.*\))\n$")
+        self.check(["--attention", "fast"], "--attention must be auto, cudnn, flash, efficient or math (got 'fast')")
 
     def test_a_missing_data_file(self):
         path = os.path.join(self.tmp, "missing.txt")

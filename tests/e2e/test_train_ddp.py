@@ -29,12 +29,12 @@ class DataParallel(TrainTest):
         self.assertClose(self.losses(accumulated), self.losses(full), what="losses")
         self.assertClose(self.params(accumulated, 2), self.params(full, 2), what="parameters")
 
-    def test_fused_cpu_kernels_train_the_same_model_as_torchs_ops(self):
+    def test_fused_kernels_train_the_same_model_as_torchs_ops(self):
         # 40 tokens: two attention blocks of the fused kernel, the second partial.
         shape = ["--preset", "tiny", "--layers", "2", "--width", "32", "--heads", "4", "--context", "40"]
         r, fused = self.train(2, *shape, *STEPS, "--batch_size", 4, name="fused")
-        self.assertIn("fused GELU and attention", r.stdout)
-        r, plain = self.train(2, *shape, *STEPS, "--batch_size", 4, "--cpu_kernels", "torch", name="torch")
+        self.assertIn("fused GELU and attention, fused classifier", r.stdout)
+        r, plain = self.train(2, *shape, *STEPS, "--batch_size", 4, "--kernels", "torch", name="torch")
         self.assertIn("torch's ops", r.stdout)
         self.assertClose(self.losses(fused), self.losses(plain), rel=1e-5, what="losses")
         self.assertClose(self.params(fused, 2), self.params(plain, 2), rel=1e-5, what="parameters")

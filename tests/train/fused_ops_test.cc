@@ -1,13 +1,17 @@
-// dtl-train's fused CPU GELU and causal attention against the torch ops they replace: values and
-// gradients, over shapes that leave partial vectors and partial attention blocks, and with NaN.
+// dtl-train's fast paths against the torch ops they replace: the fused CPU GELU and causal
+// attention (values and gradients, over shapes that leave partial vectors and partial attention
+// blocks, and with NaN), torch's SDPA as the model calls it, and the fused classifier in fp32, bf16
+// and double, in one chunk and in several.
 // REQUIRE, not CHECK: libtorch's logging headers (glog) redefine CHECK.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <limits>
 
+#include <torch/nn/functional/loss.h>
 #include <torch/types.h>
 #include <torch/utils.h>
+#include <torch/version.h>
 
 #include "blas.h"
 #include "cpu_kernels.h"
@@ -15,8 +19,11 @@
 
 using dtl::train::fused_attention_usable;
 using dtl::train::fused_causal_attention;
+using dtl::train::fused_classifier_loss;
 using dtl::train::fused_gelu_tanh;
 using dtl::train::fused_gelu_usable;
+using dtl::train::sdpa_backend;
+using dtl::train::sdpa_causal_attention;
 
 namespace {
 
@@ -171,4 +178,166 @@ TEST_CASE("the attention kernel gives the same bits through cblas_sgemm and thro
   REQUIRE(relative_error(y[0], reference_attention(qkv, s.heads)) < 1e-6);
   REQUIRE(torch::equal(y[0], y[1]));
   REQUIRE(torch::equal(dqkv[0], dqkv[1]));
+}
+
+TEST_CASE("torch's SDPA, called as the model calls it, computes the masked softmax attention and its gradient",
+          "[train][fused]") {
+  torch::manual_seed(8);
+  struct Shape {
+    int64_t batch, time, heads, head_dim;
+  };
+  for (Shape s : {Shape{1, 1, 2, 4}, Shape{2, 5, 3, 8}, Shape{2, 45, 4, 16}, Shape{3, 20, 1, 5}}) {
+    const int64_t C = s.heads * s.head_dim;
+    const at::Tensor qkv = torch::randn({s.batch, s.time, 3 * C});
+    const at::Tensor w = torch::randn({s.batch, s.time, C});
+    const auto sdpa = [&](const at::Tensor& t) { return sdpa_causal_attention(t, s.heads, 0.0); };
+    const auto reference = [&](const at::Tensor& t) { return reference_attention(t, s.heads); };
+    INFO("batch " << s.batch << " time " << s.time << " heads " << s.heads << " head_dim " << s.head_dim);
+    // In double the two are the same function: they agree to double rounding.
+    const Grads sdpa_double = run(sdpa, qkv.to(torch::kDouble), w);
+    const Grads exact = run(reference, qkv.to(torch::kDouble), w);
+    REQUIRE(sdpa_double.value.sizes() == exact.value.sizes());
+    REQUIRE(relative_error(sdpa_double.value, exact.value) < 1e-12);
+    REQUIRE(relative_error(sdpa_double.grad, exact.grad) < 1e-12);
+    // In fp32, as close to the exact values as torch's own float ops are, within a factor; and the
+    // fused CPU kernel, which the model runs instead where it can, agrees with it.
+    const Grads mine = run(sdpa, qkv, w);
+    const Grads torch_float = run(reference, qkv, w);
+    REQUIRE(max_abs_error(mine.value, exact.value) <= 4 * max_abs_error(torch_float.value, exact.value) + 1e-7);
+    REQUIRE(max_abs_error(mine.grad, exact.grad) <= 4 * max_abs_error(torch_float.grad, exact.grad) + 1e-7);
+    const Grads fused = run([&](const at::Tensor& t) { return fused_causal_attention(t, s.heads); }, qkv, w);
+    REQUIRE(relative_error(mine.value, fused.value) < 1e-6);
+    REQUIRE(relative_error(mine.grad, fused.grad) < 1e-5);
+  }
+}
+
+TEST_CASE("torch's SDPA drops attention weights only with dropout", "[train][fused]") {
+  torch::manual_seed(9);
+  const at::Tensor qkv = torch::randn({2, 12, 3 * 8});
+  const at::Tensor plain = sdpa_causal_attention(qkv, 2, 0.0);
+  REQUIRE(torch::equal(plain, sdpa_causal_attention(qkv, 2, 0.0)));
+  REQUIRE(!torch::allclose(plain, sdpa_causal_attention(qkv, 2, 0.5)));
+}
+
+TEST_CASE("the attention backend named is torch's own choice for the tensors", "[train][fused]") {
+  const at::Tensor qkv = torch::zeros({2, 16, 3 * 32});
+#if TORCH_VERSION_MAJOR >= 2
+  // On a CPU torch runs its flash kernel where it takes the inputs, else the math backend.
+  const std::string name = sdpa_backend(qkv, 4, 0.0);
+  REQUIRE((name == "flash" || name == "math"));
+#else
+  REQUIRE(sdpa_backend(qkv, 4, 0.0) == "math");  // libtorch 1.x has no other
+#endif
+}
+
+namespace {
+
+struct ClassifierRun {
+  at::Tensor loss, dx, dw;
+};
+
+/// The loss and its gradients, the loss multiplied by 3.5 before backward (a gradient other than 1,
+/// as a loss scaler or gradient accumulation give).
+template <typename F>
+ClassifierRun run_classifier(F f, const at::Tensor& x, const at::Tensor& w, const at::Tensor& targets) {
+  const at::Tensor xl = x.detach().clone().requires_grad_(), wl = w.detach().clone().requires_grad_();
+  const at::Tensor loss = f(xl, wl, targets);
+  (loss * 3.5).backward();
+  return {loss.detach(), xl.grad(), wl.grad()};
+}
+
+/// What the model computed before the fused classifier, the logits in `dtype`.
+ClassifierRun reference_classifier(const at::Tensor& x, const at::Tensor& w, const at::Tensor& targets,
+                                   at::ScalarType dtype) {
+  return run_classifier(
+      [&](const at::Tensor& a, const at::Tensor& b, const at::Tensor& t) {
+        const at::Tensor logits = at::linear(a.to(dtype), b.to(dtype));
+        return torch::nn::functional::cross_entropy(logits.to(dtype == at::kDouble ? at::kDouble : at::kFloat), t);
+      },
+      x, w, targets);
+}
+
+ClassifierRun fused_classifier(const at::Tensor& x, const at::Tensor& w, const at::Tensor& targets,
+                               at::ScalarType dtype, int64_t chunk, std::optional<at::ScalarType> kept = {}) {
+  return run_classifier([&](const at::Tensor& a, const at::Tensor& b,
+                            const at::Tensor& t) { return fused_classifier_loss(a, b, t, dtype, chunk, kept); },
+                        x, w, targets);
+}
+
+double abs_error(const at::Tensor& a, const at::Tensor& b) { return max_abs_error(a.reshape({-1}), b.reshape({-1})); }
+
+}  // namespace
+
+TEST_CASE("the fused classifier computes torch's cross-entropy and its gradients, in one chunk and in several",
+          "[train][fused]") {
+  torch::manual_seed(10);
+  const int64_t rows = 37, width = 16, vocab = 29;  // odd sizes: uneven chunks of rows
+  const at::Tensor x = torch::randn({rows, width}), w = torch::randn({vocab, width}) * 0.5;
+  const at::Tensor targets = torch::randint(vocab, {rows}, torch::kLong);
+  const ClassifierRun exact = reference_classifier(x.to(torch::kDouble), w.to(torch::kDouble), targets, at::kDouble);
+  const ClassifierRun torch_float = reference_classifier(x, w, targets, at::kFloat);
+  // One chunk; 100 logits (3 rows) a chunk; one row a chunk.
+  for (int64_t chunk : {dtl::train::kClassifierChunk, int64_t{100}, int64_t{1}}) {
+    INFO("chunk " << chunk);
+    const ClassifierRun in_double =
+        fused_classifier(x.to(torch::kDouble), w.to(torch::kDouble), targets, at::kDouble, chunk);
+    REQUIRE(in_double.loss.scalar_type() == at::kDouble);
+    REQUIRE(std::abs(in_double.loss.item<double>() - exact.loss.item<double>()) < 1e-12);
+    REQUIRE(relative_error(in_double.dx, exact.dx) < 1e-12);
+    REQUIRE(relative_error(in_double.dw, exact.dw) < 1e-12);
+
+    const ClassifierRun mine = fused_classifier(x, w, targets, at::kFloat, chunk);
+    REQUIRE(mine.loss.scalar_type() == at::kFloat);
+    REQUIRE(mine.dx.scalar_type() == at::kFloat);
+    REQUIRE(mine.dw.sizes() == w.sizes());
+    REQUIRE(std::abs(mine.loss.item<double>() - exact.loss.item<double>()) < 1e-6 * exact.loss.item<double>());
+    REQUIRE(relative_error(mine.dx, exact.dx) < 1e-6);
+    REQUIRE(relative_error(mine.dw, exact.dw) < 1e-6);
+    REQUIRE(abs_error(mine.dx, exact.dx) <= 4 * abs_error(torch_float.dx, exact.dx) + 1e-8);
+    REQUIRE(abs_error(mine.dw, exact.dw) <= 4 * abs_error(torch_float.dw, exact.dw) + 1e-8);
+  }
+}
+
+TEST_CASE("in bf16 the fused classifier is as close to the exact loss and gradients as torch's cast to fp32",
+          "[train][fused]") {
+  torch::manual_seed(11);
+  const int64_t rows = 64, width = 32, vocab = 500;
+  const at::Tensor x = torch::randn({rows, width}), w = torch::randn({vocab, width}) * 0.3;
+  const at::Tensor targets = torch::randint(vocab, {rows}, torch::kLong);
+  // Exact for the bf16-rounded inputs both start from.
+  const at::Tensor xb = x.to(torch::kBFloat16).to(torch::kDouble), wb = w.to(torch::kBFloat16).to(torch::kDouble);
+  const ClassifierRun exact = reference_classifier(xb, wb, targets, at::kDouble);
+  const ClassifierRun torch_bf16 = reference_classifier(x, w, targets, at::kBFloat16);
+  // bf16 keeps the probabilities; fp16's branch keeps them in fp32 (bf16 stands in for fp16 here,
+  // which a CPU's libtorch 1.x cannot multiply).
+  for (std::optional<at::ScalarType> kept : {std::optional<at::ScalarType>{}, std::optional(at::kFloat)}) {
+    for (int64_t chunk : {dtl::train::kClassifierChunk, int64_t{1000}}) {
+      INFO("kept " << (kept ? "fp32" : "bf16") << ", chunk " << chunk);
+      const ClassifierRun mine = fused_classifier(x, w, targets, at::kBFloat16, chunk, kept);
+      REQUIRE(mine.loss.scalar_type() == at::kFloat);
+      REQUIRE(mine.dx.scalar_type() == at::kFloat);
+      REQUIRE(mine.dw.scalar_type() == at::kFloat);
+      // Each row's loss is off by at most the rounding of its largest probability: 2^-9 relative.
+      const double loss_error = std::abs(mine.loss.item<double>() - exact.loss.item<double>());
+      const double torch_loss_error = std::abs(torch_bf16.loss.item<double>() - exact.loss.item<double>());
+      REQUIRE(loss_error <= torch_loss_error + std::ldexp(1.0, -9));
+      REQUIRE(relative_error(mine.dx, exact.dx) <= 1.5 * relative_error(torch_bf16.dx, exact.dx) + 1e-4);
+      REQUIRE(relative_error(mine.dw, exact.dw) <= 1.5 * relative_error(torch_bf16.dw, exact.dw) + 1e-4);
+    }
+  }
+}
+
+TEST_CASE("the fused classifier's loss stays finite and right where the target's probability underflows",
+          "[train][fused]") {
+  torch::manual_seed(12);
+  const int64_t rows = 8, width = 4, vocab = 10;
+  // Logits hundreds apart: exp(-200) is 0 in fp32, so -log(p[target]) would be infinite.
+  const at::Tensor x = torch::randn({rows, width}) * 100, w = torch::randn({vocab, width});
+  const at::Tensor targets = std::get<1>(at::min(at::linear(x, w), 1));  // each row's least likely token
+  const ClassifierRun exact = reference_classifier(x.to(torch::kDouble), w.to(torch::kDouble), targets, at::kDouble);
+  REQUIRE(exact.loss.item<double>() > 100);
+  const ClassifierRun mine = fused_classifier(x, w, targets, at::kFloat, dtl::train::kClassifierChunk);
+  REQUIRE(std::isfinite(mine.loss.item<double>()));
+  REQUIRE(std::abs(mine.loss.item<double>() - exact.loss.item<double>()) < 1e-5 * exact.loss.item<double>());
+  REQUIRE(relative_error(mine.dx, exact.dx) < 1e-5);
 }

@@ -1,6 +1,7 @@
 // dtl-train's model: activation checkpointing gives the gradients that keeping the activations
 // gives, with dropout (the recompute draws the same masks) and under bf16 autocast (the recompute
-// runs under it again, though backward runs outside it).
+// runs under it again, though backward runs outside it); the fast paths (--kernels fused) give the
+// loss and gradients of torch's ops, in fp32 and under bf16 autocast.
 // REQUIRE, not CHECK: libtorch's logging headers (glog) redefine CHECK.
 #include <catch2/catch.hpp>
 
@@ -38,9 +39,9 @@ int count_recompute_nodes(const at::Tensor& loss) {
 }
 
 /// One forward and backward of a fresh model (the same parameters every time) on fixed tokens.
-Run run(const ModelShape& shape, bool checkpointing, bool bf16) {
+Run run(const ModelShape& shape, bool checkpointing, bool bf16, bool fused = true) {
   torch::manual_seed(7);
-  Gpt model(shape, /*fused_cpu=*/true);
+  Gpt model(shape, fused);
   model->train();
   model->set_activation_checkpointing(checkpointing);
   const at::Tensor tokens = torch::randint(shape.vocab, {3, shape.context + 1}, torch::kLong);
@@ -54,6 +55,21 @@ Run run(const ModelShape& shape, bool checkpointing, bool bf16) {
   r.loss.backward();  // outside autocast, as dtl-train does
   for (const auto& p : model->parameters()) r.grads.push_back(p.grad().clone());
   return r;
+}
+
+/// |a - b| / |b| over the whole tensor, in double.
+double relative_error(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor x = a.to(torch::kDouble), y = b.to(torch::kDouble);
+  return (x - y).norm().item<double>() / y.norm().item<double>();
+}
+
+void require_close(const Run& a, const Run& b, double loss_tolerance, double grad_tolerance) {
+  REQUIRE(std::abs(a.loss.item<double>() - b.loss.item<double>()) <= loss_tolerance * b.loss.item<double>());
+  REQUIRE(a.grads.size() == b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    INFO("parameter " << i);
+    REQUIRE(relative_error(a.grads[i], b.grads[i]) <= grad_tolerance);
+  }
 }
 
 void require_same(const Run& a, const Run& b) {
@@ -90,4 +106,19 @@ TEST_CASE("activation checkpointing recomputes under bf16 autocast when backward
   const Run with = run(shape, true, true), without = run(shape, false, true);
   require_same(with, without);
   REQUIRE(with.loss.item<double>() != run(shape, true, false).loss.item<double>());  // autocast was on
+}
+
+TEST_CASE("the fused paths give the loss and gradients of torch's ops to fp32 rounding") {
+  // 40 tokens: two attention blocks of the fused kernel, the second partial.
+  const ModelShape shape{2, 32, 4, 40, 256, 0.0};
+  require_close(run(shape, false, false, true), run(shape, false, false, false), 1e-6, 1e-5);
+}
+
+TEST_CASE(
+    "under bf16 autocast the fused paths (torch's SDPA, the classifier in bf16) give torch's loss and gradients "
+    "to bf16 rounding") {
+  const ModelShape shape{2, 64, 4, 32, 256, 0.0};
+  const Run fused = run(shape, false, true, true), plain = run(shape, false, true, false);
+  require_close(fused, plain, 5e-4, 1.5e-2);
+  REQUIRE(fused.loss.item<double>() != run(shape, false, false, true).loss.item<double>());  // autocast was on
 }

@@ -51,8 +51,14 @@ TEST_CASE("dtl-train: impossible shapes and values are one line each") {
   CHECK(parse({"--loss_scale", "static"}).output ==
         "dtl-train: error: --loss_scale must be auto, dynamic or none (got 'static')");
   CHECK(parse({"--fail_how", "nonfinite"}).options);
-  CHECK(parse({"--cpu_kernels", "mkl"}).output == "dtl-train: error: --cpu_kernels must be fused or torch (got 'mkl')");
-  CHECK(parse({"--cpu_kernels", "torch"}).options->cpu_kernels == "torch");
+  CHECK(parse({"--kernels", "mkl"}).output == "dtl-train: error: --kernels must be fused or torch (got 'mkl')");
+  CHECK(parse({"--kernels", "torch"}).options->kernels == "torch");
+  CHECK(parse({}).options->kernels == "fused");
+  CHECK(parse({"--cpu_kernels", "torch"}).options->kernels == "torch");  // its name before it chose CUDA's too
+  CHECK(parse({"--attention", "fast"}).output ==
+        "dtl-train: error: --attention must be auto, cudnn, flash, efficient or math (got 'fast')");
+  CHECK(parse({}).options->attention == "auto");
+  CHECK(parse({"--attention", "cudnn"}).options->attention == "cudnn");
   CHECK(parse({"--fail_how", "explode"}).exit_code == 2);
   auto unknown = parse({"--lr", "1e-3", "--lrr", "2"});
   CHECK(unknown.exit_code == 2);
