@@ -10,6 +10,10 @@ namespace {
 /// uses next to none (0-1 % measured with gloo); one that computes on a machine shared three ways
 /// still has a third.
 constexpr double kBusyShare = 0.2;
+/// Of the window's samples, runnable (R): computing, though it got less than kBusyShare of a CPU
+/// (8 ranks importing torch on 2 cores shared with other work get about a tenth each). A rank that
+/// waits sleeps (S).
+constexpr double kRunnableShare = 0.5;
 
 double seconds(HangClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -30,10 +34,13 @@ HangClock::time_point HangState::record(HangClock::time_point now, const std::ve
   });
   HangClock::time_point last = ranks.front().last_output;
   for (const auto& r : ranks) {
-    auto& cpu = seen_[r.pid].cpu;
+    auto& seen = seen_[r.pid];
+    auto& cpu = seen.cpu;
     cpu.emplace_back(now, r.cpu_s);
     // Keep the newest sample at or before the window's start as its base.
     while (cpu.size() > 2 && cpu[1].first <= now - window_) cpu.erase(cpu.begin());
+    seen.runnable.emplace_back(now, r.state == 'R');
+    while (!seen.runnable.empty() && seen.runnable.front().first <= now - window_) seen.runnable.pop_front();
     last = std::max(last, r.last_output);
   }
   return last;
@@ -51,7 +58,10 @@ Hang HangState::snapshot(HangClock::time_point now, HangClock::time_point last, 
     h.state = r.state;
     h.cpu_percent = span > 0 ? 100 * (r.cpu_s - cpu.front().second) / span : 0;
     h.quiet_s = seconds(now - r.last_output);
-    h.busy = h.cpu_percent >= 100 * kBusyShare && r.state != 'D';
+    const auto& runnable = seen_[r.pid].runnable;
+    const auto running = std::count_if(runnable.begin(), runnable.end(), [](const auto& s) { return s.second; });
+    const bool mostly_runnable = !runnable.empty() && running >= kRunnableShare * static_cast<double>(runnable.size());
+    h.busy = (h.cpu_percent >= 100 * kBusyShare || mostly_runnable) && r.state != 'D';
     hang.ranks.push_back(std::move(h));
   }
   return hang;

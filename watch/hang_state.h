@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -40,7 +41,7 @@ struct HungRank {
   char state = 'S';
   double cpu_percent = 0;           ///< over the watch's window
   double quiet_s = 0;               ///< since its last output
-  bool busy = false;                ///< it used at least a fifth of a CPU over the window
+  bool busy = false;                ///< a fifth of a CPU over the window, or runnable (R) in half its samples
   std::string doing;                ///< what its stack says (classify), or "running" / "blocked" from /proc
   std::vector<std::string> stack;   ///< "function (file:line)", innermost first, threads apart by ""
   std::string stack_error;          ///< why there is no stack
@@ -76,7 +77,8 @@ class HangState {
 
  private:
   struct Seen {
-    std::vector<std::pair<HangClock::time_point, double>> cpu;  ///< samples inside the window
+    std::vector<std::pair<HangClock::time_point, double>> cpu;    ///< samples inside the window
+    std::deque<std::pair<HangClock::time_point, bool>> runnable;  ///< whether it was runnable (R), in the window
   };
   /// Records the samples; returns the newest output of any rank.
   HangClock::time_point record(HangClock::time_point now, const std::vector<RankSample>& ranks);

@@ -104,3 +104,17 @@ TEST_CASE("hang watch: exception_dump's value names the rank whose watchdog fire
   CHECK(nccl_timeout_cause("").starts_with("a rank's"));
   CHECK(nccl_timeout_cause("not a rank").starts_with("a rank's"));
 }
+
+TEST_CASE("hang watch: ranks runnable most of the window are busy, though a crowded machine gives them little CPU") {
+  // 8 ranks importing torch on 2 cores shared with other work: a tenth of a CPU each, but runnable.
+  HangState w(10s);
+  std::vector<std::pair<int, Hang>> hangs;
+  for (int s = 0; s <= 30; ++s) {
+    std::vector<RankSample> ranks{{0, 0, 100, 'R', 0.1 * s, t0}, {1, 1, 101, s % 3 ? 'R' : 'S', 0.1 * s, t0}};
+    if (auto h = w.on_sample(t0 + std::chrono::seconds(s), ranks)) hangs.emplace_back(s, *h);
+  }
+  CHECK(hangs.empty());
+  // the same CPU, asleep: hung
+  HangState asleep(10s);
+  CHECK_FALSE(watch(asleep, 0, 30, 0.1, 0.1).empty());
+}
