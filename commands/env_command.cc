@@ -11,6 +11,7 @@
 #include "commands/commands.h"
 #include "base/text.h"
 #include "node/gpus.h"
+#include "watch/stack_reader.h"
 
 namespace dtl::commands {
 namespace {
@@ -135,6 +136,13 @@ int run_env(const std::vector<std::string>& args, const EnvLookup& env) {
       out << "- torch: not importable" << (py.size() >= 4 ? " (" + py[3] + ")" : "") << "\n";
     }
   }
+  // How a hang's stacks would be read here, and what that adds to the workers' environment.
+  const auto tools = watch::find_stack_tools(py.size() >= 2 ? py[1] : python);
+  out << "- Hang stacks: py-spy "
+      << (tools.py_spy.empty() ? std::string("not installed (Python ranks' stacks come from faulthandler: the workers' "
+                                             "PYTHONPATH is then led by dtlaunch's sitecustomize.py)")
+                               : tools.py_spy)
+      << "; eu-stack " << (tools.eu_stack.empty() ? std::string("not installed") : tools.eu_stack) << "\n";
 
   if (!settings) {
     out << "- Settings: error: " << settings.error().message << "\n";
