@@ -14,6 +14,8 @@
 #include <iostream>
 
 #include <spdlog/spdlog.h>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
 #include "base/error.h"
@@ -73,6 +75,7 @@ StacksSocket::StacksSocket(boost::asio::io_context& io, std::function<void(Reply
 }
 
 StacksSocket::~StacksSocket() {
+  *alive_ = false;
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   if (!path_.empty()) ::unlink(path_.c_str());
@@ -89,7 +92,7 @@ void StacksSocket::accept() {
       // Only the job's own user, or root, may read its stacks (the folder is the user's alone too).
       if (getsockopt(peer->native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
           (cred.uid == getuid() || cred.uid == 0)) {
-        ask_([peer](std::string text) {
+        read_ask(peer, [peer](std::string text) {
           auto kept = std::make_shared<std::string>(std::move(text));
           asio::async_write(*peer, asio::buffer(*kept), [peer, kept](const boost::system::error_code&, size_t) {});
         });
@@ -97,6 +100,26 @@ void StacksSocket::accept() {
     }
     accept();
   });
+}
+
+void StacksSocket::answer_ranks(std::function<void(Reply)> ranks) { ranks_ = std::move(ranks); }
+
+void StacksSocket::read_ask(const std::shared_ptr<asio::local::stream_protocol::socket>& peer, Reply reply) {
+  auto line = std::make_shared<std::string>();
+  auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::seconds(2));
+  timer->async_wait([peer](const boost::system::error_code& ec) {
+    if (!ec) peer->cancel();  // an asker that says nothing wants the stacks
+  });
+  asio::async_read_until(*peer, asio::dynamic_buffer(*line, 64), '\n',
+                         [this, peer, line, timer, reply, alive = alive_](const boost::system::error_code&, size_t) {
+                           timer->cancel();
+                           if (!*alive) return;
+                           if (line->starts_with("ranks")) {
+                             if (ranks_) return ranks_(reply);
+                             return reply("dtlaunch: this dtlaunch has no ranks to show\n");
+                           }
+                           ask_(reply);
+                         });
 }
 
 int print_stacks(const std::optional<pid_t>& pid) {
@@ -129,6 +152,7 @@ int print_stacks(const std::optional<pid_t>& pid) {
     if (fd >= 0) ::close(fd);
     return 1;
   }
+  ::shutdown(fd, SHUT_WR);  // no ask: the stacks
   auto got = posix::read_all(fd, 64 << 20);
   ::close(fd);
   if (got.text.empty()) {

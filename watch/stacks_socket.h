@@ -1,7 +1,8 @@
 // Where `dtlaunch stacks` finds the running jobs of its user on this machine: each supervisor (or
 // node agent) listens on a Unix socket `<pid>.sock` in a folder only that user may enter
 // ($XDG_RUNTIME_DIR/dtlaunch, else /tmp/dtlaunch-<uid>), and answers a connection from the same
-// user (or root) with every rank's stack now. The file goes with the job.
+// user (or root) with every rank's stack now, or, when the connection says `ranks` first, with every
+// rank's figures (`dtlaunch top`). The file goes with the job.
 #pragma once
 
 #include <sys/types.h>
@@ -37,9 +38,17 @@ class StacksSocket {
   ~StacksSocket();
   StacksSocket(const StacksSocket&) = delete;
   StacksSocket& operator=(const StacksSocket&) = delete;
+  /// A connection whose first line is `ranks` goes to `ranks` instead (unset: it is told there is
+  /// nothing to show). Any other line, none, or nothing within 2 s asks for the stacks.
+  void answer_ranks(std::function<void(Reply)> ranks);
 
  private:
   void accept();
+  /// Reads the connection's ask, then hands it to ask_ or ranks_.
+  void read_ask(const std::shared_ptr<boost::asio::local::stream_protocol::socket>& peer, Reply reply);
+  std::function<void(Reply)> ranks_;
+  std::shared_ptr<bool> alive_ =
+      std::make_shared<bool>(true);  ///< false once this is gone: asks still read are dropped
   boost::asio::io_context& io_;
   std::function<void(Reply)> ask_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
