@@ -17,6 +17,7 @@
 #include "launcher/failure_summary.h"
 #include "launcher/group_signals.h"
 #include "watch/hang_watch.h"
+#include "watch/live_figures.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/ports.h"
 #include "agent/shared_port.h"
@@ -53,6 +54,11 @@ class ElasticAgent final : public launcher::Runner {
     if (opts.server) {
       if (auto hosted = host_rendezvous(); !hosted) return tl::unexpected(hosted.error());
     }
+    if (const auto& m = plan.metrics) {
+      if (auto served = group.live().serve_metrics(m->addr, m->port, m->called); !served) {
+        return tl::unexpected(served.error());
+      }
+    }
     rdzv::Client::Callbacks callbacks{
         [this](const rdzv::Round& r) { apply(state.on_round(r)); }, [this](const rdzv::Stop& s) { apply(state.on_stop(s)); },
         [this](const rdzv::Exit& e) { apply(state.on_exit(e)); },
@@ -60,9 +66,11 @@ class ElasticAgent final : public launcher::Runner {
         {}, {}, {}, {}};  // the stacks' and the verdict's, set below
     // Every node's stacks: this node's part when the server asks, and the parts of what it asked for.
     callbacks.on_stacks_ask = [this](const rdzv::StacksAsk& a) {
-      group.hangs().part(rdzv::kMaxStacksText, [this, id = a.id](std::string part) {
+      auto send = [this, id = a.id](std::string part) {
         if (client) client->send(rdzv::StacksPart{id, std::move(part)});
-      });
+      };
+      if (a.kind == rdzv::kGatherRanks) return group.live().part(rdzv::kMaxStacksText, send);
+      group.hangs().part(rdzv::kMaxStacksText, send);
     };
     callbacks.on_stacks_part = [this](const rdzv::StacksPart& p) {
       if (auto g = gathers.find(p.id); g != gathers.end()) g->second.parts.push_back(p.part);
@@ -162,17 +170,27 @@ class ElasticAgent final : public launcher::Runner {
     if (a.env.group_world_size > 1) {
       group.hangs().job_wide(watch::HangWatch::JobWide{
           [this] {
-            if (client) client->send(rdzv::StacksWanted{0, 1});
+            if (client) client->send(rdzv::StacksWanted{0, rdzv::kGatherHang});
           },
           [this](std::function<void(const std::vector<std::string>&, const std::string&)> done) {
-            const uint32_t id = next_gather++;
-            gathers[id] = Gather{{}, std::move(done)};
-            if (client) client->send(rdzv::StacksWanted{id, 0});
+            gather(rdzv::kGatherStacks, std::move(done));
           }});
+      group.live().job_wide([this](std::function<void(const std::vector<std::string>&, const std::string&)> done) {
+        gather(rdzv::kGatherRanks, std::move(done));
+      });
     } else {
       group.hangs().job_wide(std::nullopt);
+      group.live().job_wide(std::nullopt);
     }
     group.start(with_gloo_interface(a.env));
+  }
+
+  /// Every node's part of `kind` through the rendezvous, for this node's `dtlaunch stacks` or `top`.
+  void gather(rdzv::Gather kind, std::function<void(const std::vector<std::string>&, const std::string&)> done) {
+    if (!client) return done({}, "every node (no rendezvous)");
+    const uint32_t id = next_gather++;
+    gathers[id] = Gather{{}, std::move(done)};
+    client->send(rdzv::StacksWanted{id, kind});
   }
 
   /// A job across hosts whose user named no interface for gloo: its traffic goes out through the

@@ -88,4 +88,23 @@ inline std::string ranges(const std::vector<int>& sorted) {
   return out;
 }
 
+/// `s` as a JSON string, in quotes: quotes and backslashes escaped, control characters as \u00XX.
+inline std::string json_string(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += "\\u00";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace dtl::text

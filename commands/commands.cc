@@ -9,6 +9,7 @@ const std::vector<Subcommand>& subcommands() {
       {"env", run_env, "versions, OS, GPUs and the settings in effect, for a bug report", ""},
       {"rdzv-server", run_rdzv_server, "run a multi-node job's rendezvous on its own", ""},
       {"stacks", run_stacks, "print every rank's stack of a job running here, now; the job goes on", ""},
+      {"top", run_top, "show every rank of a job running here, live: what it does, CPU, memory, GPU", "--json --once"},
       {"completion", run_completion, "print shell completion (bash, zsh) or the man page (man)", "bash zsh man"},
   };
   return kSubcommands;

@@ -38,6 +38,9 @@ int run_rdzv_server(const std::vector<std::string>& args, const EnvLookup& env);
 /// `dtlaunch stacks [PID]`: every rank's stack of a running job of this user on this machine.
 int run_stacks(const std::vector<std::string>& args, const EnvLookup& env);
 
+/// `dtlaunch top [PID] [--json] [--once]`: every rank of a running job of this user, live.
+int run_top(const std::vector<std::string>& args, const EnvLookup& env);
+
 /// `dtlaunch completion bash|zsh|man`: shell completion or the man page, from the flag table.
 int run_completion(const std::vector<std::string>& args, const EnvLookup& env);
 

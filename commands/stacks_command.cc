@@ -1,11 +1,11 @@
 // `dtlaunch stacks [PID]`: every rank's stack of a running job of this user on this machine, now,
-// from the job's own dtlaunch (watch/stacks_socket.h); the job goes on undisturbed.
+// from the job's own dtlaunch (watch/job_ask.h); the job goes on undisturbed.
 #include <iostream>
 
 #include "base/printable.h"
 #include "base/text.h"
 #include "commands/commands.h"
-#include "watch/stacks_socket.h"
+#include "watch/job_ask.h"
 
 namespace dtl::commands {
 

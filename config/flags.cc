@@ -245,6 +245,10 @@ const std::vector<Flag> kFlags = {
     {.id = Setting::duplicate_stderr_filters, .name = "duplicate_stderr_filters", .type = Type::list, .group = kOutput,
      .help = "the same for stderr, into `attempt_N/filtered_stderr.log`",
      .apply = [](const S& t, O& o) { o.duplicate_stderr_filters = filter_list(t); }},
+    {.id = Setting::dedup_lines, .name = "dedup_lines", .type = Type::switch_, .group = kOutput,
+     .help = "the same line from several ranks within half a second is printed once, led by their ranks "
+             "(`[ranks 0-7]:`); a line of one rank is led by `[rank N]:`. Per-rank files keep every line",
+     .apply = [](const S& t, O& o) { o.dedup_lines = parse_bool(t); }},
     {.id = Setting::logs_specs, .name = "logs_specs", .group = kOutput,
      .help = "torchrun's `torchrun.logs_specs` entry point: only `default`, its built-in, which dtlaunch's logs follow "
              "(another is a Python class)",
@@ -260,6 +264,17 @@ const std::vector<Flag> kFlags = {
      .apply = [](const S& t, O&) {
        if (trim(t) != "null") throw std::invalid_argument("expected null: torch's event handlers live in a Python registry, which dtlaunch cannot load");
      }},
+    {.id = Setting::metrics_port, .name = "metrics_port", .group = kOutput,
+     .help = "serve this node's figures (every rank's CPU, memory, state, GPU) to Prometheus on this port, at "
+             "`/metrics`; `/metrics/job` has every node's (docs/monitoring.md)",
+     .apply = [](const S& t, O& o) {
+       if (trim(t).empty()) return o.metrics_port.reset();
+       o.metrics_port = static_cast<int>(parse_int(t, 1, 65535, "a port in 1..65535"));
+     }},
+    {.id = Setting::metrics_addr, .name = "metrics_addr", .default_value = "127.0.0.1", .group = kOutput,
+     .help = "the address `--metrics_port` listens on: loopback by default, as the figures name hosts and pids; "
+             "`0.0.0.0` for every interface",
+     .apply = [](const S& t, O& o) { o.metrics_addr = word(t, "an address"); }},
     {.id = Setting::shutdown_timeout, .name = "shutdown_timeout", .variables = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
      .default_value = "30", .group = kWorkers, .help = "seconds between the stop signal and SIGKILL",
      .apply = [](const S& t, O& o) { o.shutdown_timeout_s = seconds(t); }},

@@ -142,6 +142,9 @@ struct LaunchOptions {
   /// torchrun's --duplicate_std{out,err}_filters: tee'd lines holding any of these also go to
   /// attempt_N/filtered_std{out,err}.log.
   std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
+  bool dedup_lines = false;  ///< identical console lines of several ranks printed once, led by their ranks
+  std::optional<int> metrics_port;         ///< serve this node's figures to Prometheus here; unset: no server
+  std::string metrics_addr = "127.0.0.1";  ///< the address it listens on
   /// torchrun's --numa_binding mode (node, socket, exclusive, core-complex); empty: no binding.
   std::string numa_binding;
   bool virtual_local_rank = false;  ///< LOCAL_RANK=0 for every worker, which sees only its own GPU

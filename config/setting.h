@@ -11,7 +11,8 @@ enum class Setting {
   nproc_per_node, nnodes, node_rank, master_addr, master_port, agent_store, standalone, rdzv_backend,
   rdzv_endpoint, rdzv_id, rdzv_conf, local_addr, rdzv_token, rdzv_token_file, run_id, max_restarts, monitor_interval,
   start_method, role, no_python, module, run_path, log_dir, redirects, tee, local_ranks_filter,
-  log_line_prefix_template, duplicate_stdout_filters, duplicate_stderr_filters, logs_specs, event_log_handler,
+  log_line_prefix_template, duplicate_stdout_filters, duplicate_stderr_filters, dedup_lines, logs_specs,
+  event_log_handler, metrics_port, metrics_addr,
   shutdown_timeout, hang_timeout, on_hang, signals_to_handle, job_cgroup, numa_binding, virtual_local_rank, use_env, no_local_rank, gpu_ids, gpu_visibility, fake_gpus, mixed_precision, use_cpu, debug,
   // many nodes from one command (fanout/fanout.h)
   launcher, hostfile, hosts, include, exclude, ssh_port, ssh_command, export_, remote_dtlaunch, node_name,

@@ -19,6 +19,7 @@
 
 #include "base/posix.h"
 #include "fanout/fanout_state.h"
+#include "fanout/top_relay.h"
 #include "launcher/console.h"
 #include "launcher/line_prefixer.h"
 #include "node/spawn.h"
@@ -74,6 +75,7 @@ class Fanout {
     apply(state_.start());
     // Its pending accept is work for the loop, which runs until no work is left: Finish closes it.
     socket_ = std::make_unique<watch::StacksSocket>(io_, [this](watch::StacksSocket::Ask ask) { stacks(ask.reply); });
+    socket_->answer_ranks([this](watch::StacksSocket::Reply reply) { top_.ask(std::move(reply)); });
     io_.run();
     if (relay_.joinable()) relay_.join();
     console_.forget(io_);
@@ -167,6 +169,7 @@ class Fanout {
   }
 
   void reap() {
+    top_.reap();
     for (size_t i = 0; i < nodes_.size(); ++i) {
       auto& n = *nodes_[i];
       int status = 0;
@@ -228,6 +231,15 @@ class Fanout {
     });
   }
 
+  /// `dtlaunch top` where the fan-out runs: `dtlaunch top --stream` on the first host, over ssh.
+  std::variant<node::SpawnSpec, std::string> top_over_ssh() {
+    const Node& first = *nodes_.front();
+    if (first.agent_pid <= 0) return "dtlaunch: " + first.start.host + " has not started its agent yet\n";
+    std::vector<std::string> argv = first.start.argv;
+    argv.back() = "exec " + shell_quote(plan_.remote_dtlaunch) + " top --stream " + std::to_string(first.agent_pid);
+    return node::SpawnSpec{plan_.ssh_path, argv, plan_.environment};
+  }
+
   void act(const Arm& a) {
     auto& timer = *timers_[static_cast<size_t>(a.timer)];
     timer.expires_after(a.after);
@@ -241,6 +253,7 @@ class Fanout {
   void act(const Finish& a) {
     exit_code_ = a.exit_code;
     socket_.reset();
+    top_.stop();
     boost::system::error_code ignored;
     signals_.cancel(ignored);
     for (auto& n : nodes_) {
@@ -259,8 +272,9 @@ class Fanout {
   std::vector<std::unique_ptr<Node>> nodes_;
   int exit_code_ = 1;
   bool relaying_ = false;
-  std::jthread relay_;                           ///< a `dtlaunch stacks` over ssh
-  std::unique_ptr<watch::StacksSocket> socket_;  ///< `dtlaunch stacks`'s way in, until the job ends
+  std::jthread relay_;                                    ///< a `dtlaunch stacks` over ssh
+  TopRelay top_{io_, [this] { return top_over_ssh(); }};  ///< `dtlaunch top`'s figures from the first host
+  std::unique_ptr<watch::StacksSocket> socket_;           ///< `dtlaunch stacks`'s way in, until the job ends
 };
 
 }  // namespace

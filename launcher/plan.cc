@@ -34,6 +34,23 @@ EnvLookup with_variables(const EnvPairs& variables, const EnvLookup& inherited) 
   };
 }
 
+/// The GPU each worker computes on, for `dtlaunch top` and the metrics: its cuda:0 when it sees one
+/// GPU, else cuda:LOCAL_RANK of those it sees (`selected` when its CUDA_VISIBLE_DEVICES is left alone).
+std::vector<std::optional<node::Gpu>> worker_gpus(const std::vector<std::optional<std::string>>& visible,
+                                                  const std::vector<std::string>& selected,
+                                                  const node::GpuInventory& inventory, GpuVisibility visibility) {
+  std::vector<std::optional<node::Gpu>> out(visible.size());
+  for (size_t lr = 0; lr < visible.size(); ++lr) {
+    const auto seen = visible[lr] ? text::split(*visible[lr], ',') : selected;
+    if (seen.empty()) continue;
+    const std::string& entry = seen[visibility == GpuVisibility::per_worker ? 0 : lr % seen.size()];
+    for (const auto& g : inventory.gpus) {
+      if (entry.rfind("GPU-", 0) == 0 ? g.uuid.rfind(entry, 0) == 0 : entry == std::to_string(g.index)) out[lr] = g;
+    }
+  }
+  return out;
+}
+
 /// The sysfs PCI address of selection entry `entry` (an index or a GPU- UUID prefix), where known.
 std::optional<std::string> pci_of(const std::string& entry, const std::vector<node::Gpu>& all) {
   for (const auto& g : all) {
@@ -287,6 +304,7 @@ Result<LaunchPlan> make_plan(const config::LaunchOptions& o, const HostFacts& ho
                              " and picks cuda:LOCAL_RANK (torchrun's behaviour)");
     }
   }
+  if (use_gpus) plan.worker_gpus = worker_gpus(plan.cuda_visible_devices, gpus, host.gpus, o.gpu_visibility);
   if (deepspeed_without_gpus && o.gpu_visibility == GpuVisibility::all) {
     // deepspeed's launch.py sets its node's slots without GPUs too: 0..N-1, or the ones --include
     // chose (here --gpu_ids, or the fan-out's PET_GPU_IDS).
@@ -372,6 +390,9 @@ Result<LaunchPlan> make_plan(const config::LaunchOptions& o, const HostFacts& ho
   plan.python_workers = !o.no_python || o.run_path;
   plan.signals = o.signals_to_handle;
   plan.job_cgroup = o.job_cgroup;
+  plan.gpu_source = host.gpus.source;
+  plan.dedup_lines = o.dedup_lines;
+  if (o.metrics_port) plan.metrics = MetricsListen{o.metrics_addr, *o.metrics_port, o.named(Setting::metrics_port, std::to_string(*o.metrics_port))};
   return plan;
 }
 

@@ -45,6 +45,13 @@ struct HostFacts {
 /// `fallback` when /sys does not say.
 int physical_core_count(int fallback);
 
+/// Where this node serves its figures to Prometheus (--metrics_port, --metrics_addr).
+struct MetricsListen {
+  std::string addr;
+  int port = 0;
+  std::string called;  ///< the setting as the user gave it, for messages
+};
+
 struct LaunchPlan {
   std::string title;                ///< the program as the user named it, for the failure summary
   std::string exec_path;            ///< what is exec'd (python, or the program itself)
@@ -53,6 +60,9 @@ struct LaunchPlan {
   GroupEnv group;                   ///< restart_count is filled in per attempt
   std::vector<std::optional<std::string>> cuda_visible_devices;  ///< per local rank
   std::vector<node::CpuSet> cpus;  ///< per local rank, from --numa_binding; empty: no binding
+  /// The GPU each local rank computes on (`dtlaunch top`, the metrics); empty, or nullopt: none.
+  std::vector<std::optional<node::Gpu>> worker_gpus;
+  std::string gpu_source;  ///< node::GpuInventory's: "fake" GPUs have no figures
   std::string prefix_template;
   /// Tee'd lines holding any of these also go to attempt_N/filtered_std{out,err}.log.
   std::vector<std::string> stdout_filters, stderr_filters;
@@ -67,6 +77,8 @@ struct LaunchPlan {
   bool python_workers = true;  ///< how a hung rank's stack is read (watch/hang_watch.h)
   std::vector<int> signals;
   bool job_cgroup = true;  ///< try to put the workers in a cgroup v2 of their own
+  bool dedup_lines = false;  ///< identical console lines of several ranks printed once (launcher/line_groups.h)
+  std::optional<MetricsListen> metrics;
   std::vector<std::string> notices;  ///< one-line notes for the user before the start
 
   /// Whether any worker stream goes to a per-rank file (redirects, tee, or hidden by the filter).

@@ -9,6 +9,7 @@
 #include "launcher/group_signals.h"
 #include "launcher/supervisor_state.h"
 #include "launcher/worker_group.h"
+#include "watch/live_figures.h"
 #include "store/server.h"
 
 namespace dtl::launcher {
@@ -30,6 +31,11 @@ class Supervisor final : public Runner {
   Result<int> run() override {
     if (plan_.group.agent_store) {
       if (auto served = serve_store(); !served) return tl::unexpected(served.error());
+    }
+    if (const auto& m = plan_.metrics) {
+      if (auto served = group_.live().serve_metrics(m->addr, m->port, m->called); !served) {
+        return tl::unexpected(served.error());
+      }
     }
     policy_.start();
     io_.run();

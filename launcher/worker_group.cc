@@ -25,6 +25,8 @@
 #include "launcher/failure_summary.h"
 #include "watch/file_timers.h"
 #include "watch/hang_watch.h"
+#include "launcher/line_groups.h"
+#include "watch/live_figures.h"
 #include "watch/traceback.h"
 #include "launcher/line_prefixer.h"
 #include "node/bounded_run.h"
@@ -41,6 +43,9 @@ namespace dtl::launcher {
 namespace asio = boost::asio;
 
 namespace {
+
+/// --dedup_lines: how long a line waits for the same line from the other ranks.
+constexpr auto kLineWindow = std::chrono::milliseconds(500);
 
 /// How long output may still arrive after every process is gone (a pipe held open by a process
 /// that left the worker's process group and dtlaunch's reach).
@@ -127,7 +132,13 @@ struct WorkerGroup::Impl {
         watcher(
             io, watch_settings(plan, logs, guard),
             [this](const std::string& text) { this->console.write(2, text); }, [this] { return probes(); },
-            [this](const watch::HangWatch::Probe& p, const std::string& why) { fail_hung(p, why); }) {}
+            [this](const watch::HangWatch::Probe& p, const std::string& why) { fail_hung(p, why); }),
+        live(io, {posix::host_name(), plan.worker_gpus, plan.gpu_source == "fake"}, watcher, [this] { return probes(); }),
+        lines_timer(io) {
+    if (plan.dedup_lines) {
+      for (int fd : {1, 2}) grouped[fd] = std::make_unique<LineGroups>(kLineWindow);
+    }
+  }
   ~Impl() {
     console.forget(io);
     close_filtered();
@@ -143,6 +154,9 @@ struct WorkerGroup::Impl {
   asio::steady_timer drain_timer;
   asio::steady_timer reap_timer;  ///< kReapLimit after a SIGKILL
   watch::HangWatch watcher;
+  watch::LiveFigures live;  ///< `dtlaunch top` and the metrics
+  std::unique_ptr<LineGroups> grouped[3];  ///< --dedup_lines: stdout's and stderr's, by fd
+  asio::steady_timer lines_timer;          ///< when the next held line falls due
   std::unique_ptr<watch::FileTimerServer> timers;  ///< with TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::map<pid_t, std::string> expired_timers;  ///< a worker signalled for its timers: what to report
   std::map<std::string, uint64_t> oom_kills_seen;  ///< by memory cgroup: the OOM kills accounted to ranks
@@ -195,6 +209,7 @@ struct WorkerGroup::Impl {
     }
     if (devnull >= 0) ::close(devnull);
     if (phase == Phase::running) watcher.start(group.restart_count);
+    live.attempt({group.run_id, group.world_size, group.group_world_size, group.restart_count, group.max_restarts});
     maybe_finish();
   }
 
@@ -361,10 +376,11 @@ struct WorkerGroup::Impl {
     s.console_fd = which;
     const std::string prefix = expand_prefix(plan.prefix_template, group.role, lr, w.rank, host);
     s.prefixer = std::make_unique<LinePrefixer>(prefix);
+    s.prefix_size = prefix.size();
+    if (grouped[which]) grouped[which]->expect(w.rank);
     if (has(plan.tee.for_rank(lr), which) && filtered_fds[which] >= 0) {
       s.filtered_fd = filtered_fds[which];
       s.filters = which == 1 ? &plan.stdout_filters : &plan.stderr_filters;
-      s.prefix_size = prefix.size();
     }
     return p[1];
   }
@@ -414,9 +430,45 @@ struct WorkerGroup::Impl {
     if (s.prefixer) {
       scratch.clear();
       s.prefixer->feed(std::string_view(s.buf.data(), n), scratch);
-      console.write(s.console_fd, scratch);
+      to_console(s, false);
       duplicate_filtered(s);
     }
+  }
+
+  /// The prefixed lines in `scratch` to the console; with --dedup_lines through the stream's line
+  /// groups, which lead them by their ranks instead. `ended`: the stream's last lines.
+  void to_console(const Stream& s, bool ended) {
+    LineGroups* groups = grouped[s.console_fd].get();
+    if (!groups) return console.write(s.console_fd, scratch);
+    std::string out;
+    const auto now = LineGroups::Clock::now();
+    for (size_t start = 0; start < scratch.size();) {
+      size_t end = scratch.find_first_of("\r\n", start);
+      end = end == std::string::npos ? scratch.size() : end + 1;
+      if (end < scratch.size() && scratch[end - 1] == '\r' && scratch[end] == '\n') ++end;
+      const std::string_view line(scratch.data() + start, end - start);
+      groups->add(s.worker.rank, line.substr(std::min(s.prefix_size, line.size())), now, out);
+      start = end;
+    }
+    if (ended) groups->gone(s.worker.rank, out);
+    if (!out.empty()) console.write(s.console_fd, out);
+    arm_lines();
+  }
+
+  /// Wakes when the earliest held line falls due.
+  void arm_lines() {
+    std::optional<LineGroups::Clock::time_point> next;
+    for (int fd : {1, 2}) {
+      std::string out;
+      const auto due = grouped[fd]->due(LineGroups::Clock::now(), out);
+      if (!out.empty()) console.write(fd, out);
+      if (due && (!next || *due < *next)) next = due;
+    }
+    if (!next) return;
+    lines_timer.expires_at(*next);
+    lines_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) arm_lines();
+    });
   }
 
   /// torchrun's duplicate filters: each prefixed line whose text holds a filter word goes to the
@@ -449,7 +501,7 @@ struct WorkerGroup::Impl {
     if (s.prefixer) {
       scratch.clear();
       s.prefixer->finish(scratch);
-      console.write(s.console_fd, scratch);
+      to_console(s, true);
       duplicate_filtered(s);
     }
     boost::system::error_code ignored;
@@ -638,6 +690,7 @@ void WorkerGroup::reap() { impl_->reap(); }
 void WorkerGroup::pass_on(int sig) { impl_->signal_workers(sig); }
 bool WorkerGroup::active() const { return impl_->phase != Impl::Phase::idle; }
 watch::HangWatch& WorkerGroup::hangs() { return impl_->watcher; }
+watch::LiveFigures& WorkerGroup::live() { return impl_->live; }
 
 void WorkerGroup::watch_store(store::Server& store) {
   store.watch("exception_dump", [this](const std::string& value) {

@@ -18,6 +18,7 @@ class Server;
 }
 namespace dtl::watch {
 class HangWatch;
+class LiveFigures;
 }
 
 namespace dtl::launcher {
@@ -44,6 +45,8 @@ class WorkerGroup final : public Group {
   void watch_store(store::Server& store);
   /// The hang watch over these workers (a node of a job of several wires it to the rendezvous).
   watch::HangWatch& hangs();
+  /// The live view of these workers: `dtlaunch top` and the metrics (watch/live_figures.h).
+  watch::LiveFigures& live();
   /// Whether any worker output went to per-rank files (the log directory is worth keeping).
   bool wrote_log_files() const;
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
+#include <utility>
 
 #include "base/posix.h"
 #include "base/text.h"
@@ -116,6 +117,52 @@ std::optional<GpuDetails> query_gpu_details() {
     details.memory_bytes.push_back(m.total);
   }
   return details;
+}
+
+/// nvmlUtilization_t and nvmlMemory_t (nvml.h).
+struct GpuMeter::Session {
+  struct Utilization {
+    unsigned gpu, memory;
+  };
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  Nvml nvml;
+  int (*uuid)(void*, char*, unsigned) = nvml.function<int(void*, char*, unsigned)>("nvmlDeviceGetUUID");
+  int (*utilization)(void*, Utilization*) = nvml.function<int(void*, Utilization*)>("nvmlDeviceGetUtilizationRates");
+  int (*memory)(void*, Memory*) = nvml.function<int(void*, Memory*)>("nvmlDeviceGetMemoryInfo");
+  std::vector<void*> devices = nvml.ready(uuid) ? nvml.devices().value_or(std::vector<void*>{}) : std::vector<void*>{};
+  std::vector<std::string> uuids;  ///< read once: they do not change
+};
+
+GpuMeter::GpuMeter() = default;
+GpuMeter::~GpuMeter() = default;
+
+std::vector<GpuReading> GpuMeter::read() {
+  if (!std::exchange(tried_, true)) {
+    session_ = std::make_unique<Session>();
+    for (void* dev : session_->devices) {
+      char uuid[96] = {0};
+      if (dev) session_->uuid(dev, uuid, sizeof uuid);
+      session_->uuids.emplace_back(uuid);
+    }
+    if (session_->devices.empty()) session_.reset();  // no driver: NVML is not asked again
+  }
+  std::vector<GpuReading> out;
+  if (!session_) return out;
+  for (size_t i = 0; i < session_->devices.size(); ++i) {
+    void* dev = session_->devices[i];
+    GpuReading r{session_->uuids[i], std::nullopt, std::nullopt, std::nullopt};
+    Session::Utilization u{0, 0};
+    if (dev && session_->utilization && session_->utilization(dev, &u) == 0) r.util_percent = u.gpu;
+    Session::Memory m{0, 0, 0};
+    if (dev && session_->memory && session_->memory(dev, &m) == 0) {
+      r.memory_used_bytes = m.used;
+      r.memory_total_bytes = m.total;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 std::vector<Gpu> parse_nvidia_smi_list(const std::vector<std::string>& lines) {

@@ -2,6 +2,7 @@
 // which of them the workers get (inherited CUDA_VISIBLE_DEVICES, then --gpu_ids).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,30 @@ struct GpuDetails {
   std::vector<unsigned long long> memory_bytes;  ///< total per GPU, by NVML index
 };
 std::optional<GpuDetails> query_gpu_details();
+
+/// One GPU's figures now, from NVML.
+struct GpuReading {
+  std::string uuid;
+  std::optional<unsigned> util_percent;  ///< busy share of NVML's last sample period
+  std::optional<unsigned long long> memory_used_bytes, memory_total_bytes;
+};
+
+/// NVML kept open between readings (`dtlaunch top` asks every second): opened at the first
+/// reading, and closed with the object.
+class GpuMeter {
+ public:
+  GpuMeter();
+  ~GpuMeter();
+  GpuMeter(const GpuMeter&) = delete;
+  GpuMeter& operator=(const GpuMeter&) = delete;
+  /// Every GPU's figures by NVML index; empty without NVML (no driver, no GPU).
+  std::vector<GpuReading> read();
+
+ private:
+  struct Session;
+  std::unique_ptr<Session> session_;
+  bool tried_ = false;
+};
 
 /// Asks the machine; `fake` (from --fake_gpus) short-cuts the question.
 GpuInventory discover_gpus(std::optional<int> fake);

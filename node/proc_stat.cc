@@ -38,6 +38,8 @@ std::optional<ProcStat> parse_proc_stat(std::string_view stat) {
   for (int field = 7; field < 14; ++field) next();  // tty_nr .. cmajflt
   unsigned long long utime = 0, stime = 0;
   if (number(next(), utime) && number(next(), stime)) s.cpu_ticks = utime + stime;
+  for (int field = 16; field < 24; ++field) next();  // cutime .. vsize
+  if (unsigned long long rss = 0; s.cpu_ticks && number(next(), rss)) s.rss_pages = rss;
   return s;
 }
 
@@ -72,10 +74,12 @@ void add_descendants(pid_t pid, double tick_s, ProcUsage& usage, int& budget) {
 
 ProcUsage proc_usage(pid_t pid) {
   static const double tick_s = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  static const unsigned long long page = static_cast<unsigned long long>(sysconf(_SC_PAGESIZE));
   ProcUsage usage;
   const auto stat = read_proc_stat(pid);
   if (!stat) return usage;
   usage.state = stat->state;
+  usage.rss_bytes = stat->rss_pages.value_or(0) * page;
   usage.cpu_s = static_cast<double>(stat->cpu_ticks.value_or(0)) * tick_s;
   int budget = kMaxDescendants;
   add_descendants(pid, tick_s, usage, budget);  // data-loader workers, a compiler it waits on

@@ -13,6 +13,7 @@ struct ProcStat {
   char state = '?';  ///< R, S, D, Z, T...
   pid_t session = 0;
   std::optional<unsigned long long> cpu_ticks;  ///< utime + stime, when the text reaches them
+  std::optional<unsigned long long> rss_pages;  ///< resident pages, when the text reaches them
 };
 
 /// The fields of /proc/PID/stat's text, whose second (the command name) may hold spaces and
@@ -27,6 +28,7 @@ std::optional<ProcStat> read_proc_stat(pid_t pid);
 struct ProcUsage {
   char state = '?';
   double cpu_s = 0;
+  unsigned long long rss_bytes = 0;  ///< the process's own resident memory (its children's pages are often shared)
 };
 ProcUsage proc_usage(pid_t pid);
 

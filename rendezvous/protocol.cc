@@ -209,9 +209,10 @@ void fields(IO& io, M& v) {
     io.failures(v.failures, &v.reason, 4 + 4 + 4);
   } else if constexpr (std::is_same_v<T, StacksWanted>) {
     io.u32("id", v.id);
-    io.u32("hang", v.hang);
+    io.u32("kind", v.kind);
   } else if constexpr (std::is_same_v<T, StacksAsk>) {
     io.u32("id", v.id);
+    io.u32("kind", v.kind);
   } else if constexpr (std::is_same_v<T, StacksPart>) {
     io.u32("id", v.id);
     io.str("part", v.part, kMaxStacksText);
@@ -386,8 +387,8 @@ void read_payload(Reader& r, T& v) {
     r.in_range("base_rank", v.base_rank, 0, int64_t{v.world_size} - 1);
     r.in_range("master_port", v.master_port, 0, 65535);
     r.at_least("restart_count", v.restart_count, 0);
-  } else if constexpr (std::is_same_v<T, StacksWanted>) {
-    r.in_range("hang", v.hang, 0, 1);
+  } else if constexpr (std::is_same_v<T, StacksWanted> || std::is_same_v<T, StacksAsk>) {
+    r.in_range("kind", v.kind, kGatherStacks, kGatherRanks);
   } else if constexpr (std::is_same_v<T, HangVerdict>) {
     r.at_least("rank", v.rank, 0);
   }

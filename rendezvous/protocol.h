@@ -97,17 +97,23 @@ struct Leaving {  ///< client -> server: this node leaves the job now (a signal 
   std::string reason;  ///< "it received SIGTERM"
   bool operator==(const Leaving&) const = default;
 };
-// Every rank's stack across nodes (the launcher's hang report and `dtlaunch stacks`): a node asks the
-// server to gather them; the server asks every node, relays each node's part (the launcher's own
-// text, opaque here) and says when all are in. A hang's parts go to the hosting agent instead,
-// which may answer with a verdict for every node.
-struct StacksWanted {  ///< client -> server: gather every node's stacks for me (`hang`: 1 for a hang's report)
+// Every rank's stack across nodes (the launcher's hang report and `dtlaunch stacks`), or every rank's
+// figures (`dtlaunch top`, the metrics): a node asks the server to gather them; the server asks every
+// node, relays each node's part (the launcher's own text, opaque here) and says when all are in. A
+// hang's parts go to the hosting agent instead, which may answer with a verdict for every node.
+enum Gather : uint32_t {
+  kGatherStacks = 0,  ///< every rank's stack now, for the asker
+  kGatherHang = 1,    ///< every rank's stack for a hang's report, for the hosting agent
+  kGatherRanks = 2,   ///< every rank's figures from /proc and NVML, for the asker: no stack is read
+};
+struct StacksWanted {  ///< client -> server: gather every node's part for me
   uint32_t id = 0;     ///< the asker's, echoed in the parts and the end
-  uint32_t hang = 0;
+  uint32_t kind = kGatherStacks;  ///< a Gather
   bool operator==(const StacksWanted&) const = default;
 };
-struct StacksAsk {  ///< server -> client: send your ranks' stacks
+struct StacksAsk {  ///< server -> client: send your part
   uint32_t id = 0;  ///< the server's, to echo in the StacksPart
+  uint32_t kind = kGatherStacks;  ///< the StacksWanted's
   bool operator==(const StacksAsk&) const = default;
 };
 struct StacksPart {  ///< client -> server (the server's id), and server -> asker (the asker's id)

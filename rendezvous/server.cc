@@ -295,24 +295,26 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
 
   void gather(const std::shared_ptr<Connection>& c, const StacksWanted& w) {
-    if (w.hang) {
+    const bool hang = w.kind == kGatherHang;
+    if (hang) {
       if (!opts.on_hang_stacks || hang_round == round.round()) return;  // one report a round
       hang_round = round.round();
     }
     if (gatherings.size() >= kMaxGatherings) {
-      if (!w.hang) c->send(encode(StacksEnd{w.id, "every node: " + std::to_string(kMaxGatherings) + " gatherings at once"}));
+      if (!hang) c->send(encode(StacksEnd{w.id, "every node: " + std::to_string(kMaxGatherings) + " gatherings at once"}));
       return;
     }
     const uint32_t id = next_gathering++;
     Gathering& g = gatherings[id];
-    g.asker = w.hang ? 0 : c->id();
+    g.asker = hang ? 0 : c->id();
     g.asker_id = w.id;
     for (const auto& [node, conn] : conns) {
       if (!conn->joined()) continue;
       g.waiting.emplace(node, round.name(node));
-      conn->send(encode(StacksAsk{id}));
+      conn->send(encode(StacksAsk{id, w.kind}));
     }
-    g.timer = std::make_shared<asio::steady_timer>(io, opts.stacks_timeout);
+    const auto limit = w.kind == kGatherRanks ? opts.ranks_timeout : opts.stacks_timeout;
+    g.timer = std::make_shared<asio::steady_timer>(io, limit);
     g.timer->async_wait([self = shared_from_this(), id](const boost::system::error_code& ec) {
       if (!ec && !self->stopped) self->finish_gathering(id);
     });

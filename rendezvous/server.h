@@ -57,11 +57,12 @@ struct ServerOptions {
   std::optional<SharedPort> shared_port;
   /// Called as a round completes, before any node hears of it: a new worker group is to start.
   std::function<void()> on_round;
-  /// A node's hang watch asked for every node's stacks (StacksWanted with hang): each node's part
-  /// as it came, and the nodes that did not answer in time ("" when none). At most once a round;
-  /// without it such asks are ignored. Asks without hang go back to the asker.
+  /// A node's hang watch asked for every node's stacks (StacksWanted of kGatherHang): each node's
+  /// part as it came, and the nodes that did not answer in time ("" when none). At most once a
+  /// round; without it such asks are ignored. Other asks go back to the asker.
   std::function<void(std::vector<std::string> parts, const std::string& missing)> on_hang_stacks;
   std::chrono::milliseconds stacks_timeout{25000};  ///< for every node's part
+  std::chrono::milliseconds ranks_timeout{3000};    ///< for every node's figures (kGatherRanks): no stack to read
 };
 
 /// What the server has done, for tests and benchmarks.

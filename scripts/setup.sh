@@ -27,6 +27,8 @@ packages=(
   elfutils   # eu-stack: a hung native worker's stack (docs/hangs.md)
   python3-seccomp   # a real seccomp filter that denies ptrace, for the stacks without it (test_hangs.py)
   dpkg-dev   # the .deb's Depends (dpkg-shlibdeps); the pip wheel's build needs python3-venv too (scripts/package.sh)
+  tmux   # drives `dtlaunch top` in a terminal as a person would (test_top.py)
+  prometheus   # a real Prometheus scrapes --metrics_port, and promtool checks the page (test_metrics.py)
 )
 
 # py-spy, which reads a hung Python rank's stack (docs/hangs.md), is not packaged in Debian 12: it

@@ -13,20 +13,7 @@ namespace dtl::watch {
 
 namespace {
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      out += fmt::format("\\u{:04x}", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
+using text::json_string;
 
 /// "0-3,5" for ranks 0, 1, 2, 3 and 5.
 std::string ranges(std::vector<int> ranks) {

@@ -299,8 +299,10 @@ void HangWatch::tick() {
 
 std::vector<RankSample> HangWatch::samples(const std::vector<Probe>& probes) {
   std::vector<RankSample> out;
+  const auto now = HangClock::now();
   for (const auto& p : probes) {
     const auto usage = proc_usage(p.pid);
+    sampler_.record(p.pid, now, usage);  // for `dtlaunch top` and the metrics
     out.push_back({p.rank, p.local_rank, p.pid, usage.state, usage.cpu_s, p.last_output});
   }
   return out;

@@ -26,6 +26,7 @@
 
 #include "base/env.h"
 #include "watch/hang_state.h"
+#include "watch/rank_sampler.h"
 #include "watch/stack_reader.h"
 #include "watch/stacks_socket.h"
 
@@ -91,10 +92,14 @@ class HangWatch {
   void verdict(int rank, const std::string& message);
   /// Whether a report went into the log folder (which is then worth keeping).
   bool wrote_report() const { return wrote_report_; }
+  /// Each rank's newest /proc sample, which `dtlaunch top` and the metrics read too.
+  RankSampler& sampler() { return sampler_; }
+  /// `dtlaunch top`'s ask on the job's socket goes to `ranks` (watch/live_figures.h).
+  void answer_ranks(std::function<void(StacksSocket::Reply)> ranks) { socket_.answer_ranks(std::move(ranks)); }
 
  private:
   void tick();
-  static std::vector<RankSample> samples(const std::vector<Probe>& probes);
+  std::vector<RankSample> samples(const std::vector<Probe>& probes);
   /// Reads every rank's stack into `hang` on the reader thread, then runs `done` on the event loop
   /// (not after stop() or a new attempt, when `current` is set).
   void read_stacks(Hang hang, bool current, std::function<void(Hang)> done);
@@ -138,6 +143,7 @@ class HangWatch {
   std::optional<JobWide> job_wide_;
   std::string pending_cause_;  ///< a signalled hang's cause, for this node's next part
   std::shared_ptr<bool> alive_;
+  RankSampler sampler_;
   StacksSocket socket_;  ///< `dtlaunch stacks`'s way in
   std::jthread reader_;
 };

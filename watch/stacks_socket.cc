@@ -1,6 +1,5 @@
 #include "watch/stacks_socket.h"
 
-#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -10,14 +9,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
-#include "base/error.h"
 #include "base/posix.h"
 #include "base/printable.h"
 
@@ -30,6 +27,8 @@ namespace {
 /// A client still connected this long after it came has had its answer or will not get one: a
 /// gathering over several nodes takes at most 25 s, a stack reader 10 s.
 constexpr auto kClientDeadline = std::chrono::seconds(120);
+/// An ask is a short word: a first line this long without its end asks for the stacks.
+constexpr size_t kMaxAskLine = 64;
 
 /// "<dir>.XXXXXX" beside `dir`, this user's alone, for a job whose folder another user took first.
 std::string make_private_folder(const std::string& dir) {
@@ -58,25 +57,6 @@ std::string socket_folder(std::string& made) {
   spdlog::warn("{} {}, so dtlaunch does not use it: `dtlaunch stacks` finds this job in {} instead",
                printable(dir, 200), why, made);
   return made;
-}
-
-/// Connects to a socket as `dtlaunch stacks` does (-1, errno set, when it cannot), waiting at most
-/// 5 s for a place in the job's backlog.
-int connect_to(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  const timeval wait{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof wait);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  if (posix::retry_eintr([&] { return ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr); }) != 0) {
-    const int e = errno;
-    ::close(fd);
-    errno = e;
-    return -1;
-  }
-  return fd;
 }
 
 }  // namespace
@@ -109,6 +89,23 @@ std::vector<std::string> fallback_dirs() {
   return found;
 }
 
+int connect_to_job(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  const timeval wait{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof wait);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  if (posix::retry_eintr([&] { return ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr); }) != 0) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
 std::vector<LiveJob> live_jobs() {
   std::vector<LiveJob> jobs;
   std::vector<std::string> dirs = fallback_dirs();
@@ -123,7 +120,7 @@ std::vector<LiveJob> live_jobs() {
       if (!name.ends_with(".sock") || ::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
       const pid_t pid = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
       if (pid <= 0) continue;
-      const int fd = connect_to(path);
+      const int fd = connect_to_job(path);
       if (fd < 0) {
         // Nobody listens: its dtlaunch was SIGKILLed, and the pid may be any process's now.
         if (errno == ECONNREFUSED) removed |= ::unlink(path.c_str()) == 0;
@@ -145,10 +142,13 @@ std::vector<LiveJob> live_jobs() {
 struct StacksSocket::Client {
   explicit Client(local::socket s) : socket(std::move(s)), deadline(socket.get_executor()) {}
   local::socket socket;
-  asio::steady_timer deadline;
-  std::string reply;
-  bool waiting = true;  ///< for the answer of the ask under way
+  asio::steady_timer deadline;  ///< kAskWait for its ask, then kClientDeadline from its coming
+  const std::chrono::steady_clock::time_point came = std::chrono::steady_clock::now();
+  std::string line;      ///< what it said before its first newline
+  bool said = false;     ///< its ask is known
+  bool waiting = false;  ///< for the answer of the stacks ask under way
   bool open = true;
+  std::string reply;
 };
 
 StacksSocket::StacksSocket(boost::asio::io_context& io, std::function<void(Ask)> ask)
@@ -210,11 +210,52 @@ void StacksSocket::accepted(local::socket socket) {
   if (::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) return;  // gone already: no read for it
   auto client = std::make_shared<Client>(std::move(socket));
   clients_.push_back(client);
-  client->deadline.expires_after(kClientDeadline);
-  client->deadline.async_wait([this, client, alive = alive_](const boost::system::error_code& ec) {
-    if (!ec && *alive) drop(client);
-  });
+  expire(client, client->came + kAskWait);
   watch(client);
+}
+
+void StacksSocket::expire(const std::shared_ptr<Client>& client, std::chrono::steady_clock::time_point at) {
+  client->deadline.expires_at(at);
+  client->deadline.async_wait([this, client, alive = alive_](const boost::system::error_code& ec) {
+    if (ec || !*alive || !client->open) return;
+    if (client->said) return drop(client);  // it had its answer, or will not get one
+    asked(client, "");                      // silent this long: the stacks
+  });
+}
+
+void StacksSocket::watch(const std::shared_ptr<Client>& client) {
+  client->socket.async_wait(
+      local::socket::wait_read, [this, client, alive = alive_](const boost::system::error_code& ec) {
+        if (ec || !*alive || !client->open) return;
+        const long n = ::recv(client->socket.native_handle(), scratch_.data(), scratch_.size(), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+          // A ranks ask costs no read: a client done writing gets its answer all the same.
+          if (client->said && !client->waiting) return;
+          return drop(client);
+        }
+        if (n > 0 && !client->said) {
+          const std::string_view got(scratch_.data(), static_cast<size_t>(n));
+          const size_t eol = got.find('\n');
+          client->line.append(got.substr(0, eol));
+          if (eol != std::string_view::npos || client->line.size() >= kMaxAskLine) {
+            asked(client, client->line);
+            if (!client->open) return;
+          }
+        }
+        watch(client);
+      });
+}
+
+void StacksSocket::asked(const std::shared_ptr<Client>& client, std::string_view line) {
+  client->said = true;
+  expire(client, client->came + kClientDeadline);
+  if (line.starts_with("ranks")) {  // `dtlaunch top`: the figures, which read no stack
+    if (!ranks_) return send(client, "dtlaunch: this dtlaunch has no ranks to show\n");
+    return ranks_([this, client, alive = alive_](std::string text) {
+      if (*alive) send(client, std::move(text));
+    });
+  }
+  client->waiting = true;
   if (asking_) return;  // the ask under way answers it too
   asking_ = true;
   ask_({[this, alive = alive_](std::string text) {
@@ -229,29 +270,23 @@ void StacksSocket::accepted(local::socket socket) {
         }});
 }
 
-void StacksSocket::watch(const std::shared_ptr<Client>& client) {
-  // A client sends nothing: what it sends is dropped, and its end is the end of its ask.
-  client->socket.async_wait(
-      local::socket::wait_read, [this, client, alive = alive_](const boost::system::error_code& ec) {
-        if (ec || !*alive || !client->open) return;
-        const long n = ::recv(client->socket.native_handle(), scratch_.data(), scratch_.size(), MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return drop(client);
-        watch(client);
-      });
-}
-
 void StacksSocket::answer(std::string text) {
   asking_ = false;
   const auto waiting = clients_;
   for (const auto& c : waiting) {
     if (!c->waiting || !c->open) continue;
     c->waiting = false;
-    c->reply = text;
-    asio::async_write(c->socket, asio::buffer(c->reply),
-                      [this, c, alive = alive_](const boost::system::error_code&, size_t) {
-                        if (*alive) drop(c);
-                      });
+    send(c, text);
   }
+}
+
+void StacksSocket::send(const std::shared_ptr<Client>& client, std::string text) {
+  if (!client->open) return;
+  client->reply = std::move(text);
+  asio::async_write(client->socket, asio::buffer(client->reply),
+                    [this, client, alive = alive_](const boost::system::error_code&, size_t) {
+                      if (*alive) drop(client);
+                    });
 }
 
 void StacksSocket::drop(const std::shared_ptr<Client>& client) {
@@ -261,43 +296,6 @@ void StacksSocket::drop(const std::shared_ptr<Client>& client) {
   client->socket.close(ignored);
   client->deadline.cancel();
   clients_.remove(client);
-}
-
-int print_stacks(const std::optional<pid_t>& pid) {
-  auto jobs = live_jobs();
-  if (pid) std::erase_if(jobs, [&](const LiveJob& j) { return j.pid != *pid; });
-  if (jobs.empty()) {
-    std::cerr << error_line(Error{pid ? "no dtlaunch job of yours with pid " + std::to_string(*pid) + " on this machine"
-                                      : "no dtlaunch job of yours runs on this machine",
-                                  1},
-                            "dtlaunch stacks");
-    return 1;
-  }
-  if (jobs.size() > 1) {
-    std::string pids;
-    for (const auto& j : jobs) pids += " " + std::to_string(j.pid);
-    std::cerr << error_line(Error{std::to_string(jobs.size()) +
-                                      " dtlaunch jobs of yours run here: name one by its pid (" + pids.substr(1) + ")",
-                                  2},
-                            "dtlaunch stacks");
-    return 2;
-  }
-  const int fd = connect_to(jobs[0].socket);
-  if (fd < 0) {
-    std::cerr << error_line(
-        Error{"cannot reach the job of pid " + std::to_string(jobs[0].pid) + ": " + std::strerror(errno), 1},
-        "dtlaunch stacks");
-    return 1;
-  }
-  auto got = posix::read_all(fd, 64 << 20);
-  ::close(fd);
-  if (got.text.empty()) {
-    std::cerr << error_line(Error{"the job of pid " + std::to_string(jobs[0].pid) + " did not answer", 1},
-                            "dtlaunch stacks");
-    return 1;
-  }
-  std::cout << got.text << std::flush;
-  return 0;
 }
 
 }  // namespace dtl::watch

@@ -1,10 +1,12 @@
 """`dtlaunch stacks`' socket under attack by the job's own user and by another one: held connections
-are capped, concurrent asks share one stack read and a client that left costs none, accepting pauses
-when descriptors run out, a folder another user took first (in six forms) is warned about and a
-private one used instead, and a stale socket whose pid now belongs to another process is cleaned up.
+are capped, concurrent asks share one stack read and a client that left costs none, `dtlaunch top`'s
+`ranks` asks are answered meanwhile and read no stack, accepting pauses when descriptors run out, a
+folder another user took first (in six forms) is warned about and a private one used instead, and a
+stale socket whose pid now belongs to another process is cleaned up.
 The ranks are Debian's python3; their stacks are read by the oracle venv's py-spy, through a wrapper
 that counts its runs."""
 import glob
+import json
 import os
 import pwd
 import resource
@@ -125,14 +127,18 @@ class StacksSocket(LaunchTest):
         self.clients.append(c)
         return c
 
+    def runs(self):
+        """py-spy's runs, each its arguments."""
+        try:
+            with open(self.reads_log) as f:
+                return f.read().splitlines()
+        except FileNotFoundError:
+            return []
+
     def reads(self):
         """How many stack readings py-spy made: its Python frames, each followed by its native ones
         where the Python frames place the rank nowhere (a rank asleep in its own code)."""
-        try:
-            with open(self.reads_log) as f:
-                return len([line for line in f.read().splitlines() if "--native" not in line])
-        except FileNotFoundError:
-            return 0
+        return len([line for line in self.runs() if "--native" not in line])
 
     def stacks(self, env, *args):
         return subprocess.run([DTLAUNCH, "stacks", *map(str, args)], env=env, capture_output=True, text=True,
@@ -172,6 +178,42 @@ class StacksSocket(LaunchTest):
         self.assertExitCode(r, 0)
         self.assertIn(f"(pid {job.proc.pid}):", r.stdout)
         self.assertEqual(self.reads(), 2)
+        self.stop(job)
+
+    def test_ranks_asks_read_no_stack_and_are_answered_while_a_stack_read_is_under_way(self):
+        env = self.job_env(slow_read_s=3)
+        job = self.start_job(env)
+        path = self.socket_of(job)
+        r = subprocess.run([DTLAUNCH, "top", "--json"], env=env, capture_output=True, text=True, timeout=30)
+        self.assertExitCode(r, 0)
+        self.assertEqual([x["rank"] for x in json.loads(r.stdout)["ranks"]], [0, 1])
+        self.assertEqual(self.runs(), [])  # the figures come from /proc alone
+        # A `dtlaunch stacks` whose read takes 3 s per rank; meanwhile `top` and clients that say
+        # `ranks` (one done writing at once) are answered, and join no read.
+        stacks = subprocess.Popen([DTLAUNCH, "stacks"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        try:
+            self.assertTrue(poll_until(lambda: self.reads() >= 1, 10), "no stack read began")
+            asked = time.monotonic()
+            top = subprocess.run([DTLAUNCH, "top", "--json"], env=env, capture_output=True, text=True, timeout=30)
+            self.assertExitCode(top, 0)
+            self.assertEqual(len(json.loads(top.stdout)["ranks"]), 2)
+            clients = [self.connect(path) for _ in range(8)]
+            for n, c in enumerate(clients):
+                c.sendall(b"ranks\n")
+                if n % 2:
+                    c.shutdown(socket.SHUT_WR)
+            answers = read_to_end(clients, 10)
+            self.assertTrue(all(len(json.loads(a)["ranks"]) == 2 for a in answers), answers)
+            self.assertLess(time.monotonic() - asked, 2.5, "the figures waited for the stack read")
+            out, err = stacks.communicate(timeout=60)
+        finally:
+            if stacks.poll() is None:
+                stacks.kill()
+                stacks.communicate()
+        self.assertEqual(stacks.returncode, 0, err)
+        self.assertIn("      <module> (sleepy.py:4)\n", out)
+        self.assertEqual(self.reads(), 2)  # py-spy once per rank: the stacks' reading alone
         self.stop(job)
 
     def test_out_of_descriptors_the_job_pauses_accepting_instead_of_spinning(self):

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
       Exit{139, "no restarts left", failures},
       Leaving{"it received SIGTERM"},
       StacksWanted{7, 1},
-      StacksAsk{3},
+      StacksAsk{3, kGatherRanks},
       StacksPart{3, R"({"host": "node-b", "ranks": [{"rank": 3, "stack": ["thread MainThread"]}]})"},
       StacksEnd{7, "node-c (10.0.0.9)"},
       HangVerdict{3, "hang: no rank printed for 600 s (suspect: blocked)"},

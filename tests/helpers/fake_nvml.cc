@@ -1,5 +1,6 @@
 // A stand-in for libnvidia-ml.so.1, for the GPU discovery tests on machines without a driver:
-// FAKE_NVML_GPUS=N devices, device i with (i+1)*16 GiB at PCI address 0000:(i+1):00.0; without the variable nvmlInit fails, as
+// FAKE_NVML_GPUS=N devices, device i with (i+1)*16 GiB of which (i+1) GiB used, 10*(i+1) % busy, at PCI
+// address 0000:(i+1):00.0; without the variable nvmlInit fails, as
 // it does where the driver is not loaded. Only the functions dtlaunch looks up.
 #include <cstdint>
 #include <cstdio>
@@ -46,7 +47,17 @@ int nvmlDeviceGetName(void*, char* out, unsigned size) {
 
 int nvmlDeviceGetMemoryInfo(void* device, FakeNvmlMemory* memory) {
   const unsigned long long gib = 1ull << 30;
-  *memory = {(index_of(device) + 1) * 16 * gib, 0, 0};
+  const unsigned long long total = (index_of(device) + 1) * 16 * gib, used = (index_of(device) + 1) * gib;
+  *memory = {total, total - used, used};
+  return kSuccess;
+}
+
+struct FakeNvmlUtilization {
+  unsigned gpu, memory;
+};
+
+int nvmlDeviceGetUtilizationRates(void* device, FakeNvmlUtilization* utilization) {
+  *utilization = {10 * (index_of(device) + 1) % 100, 5};
   return kSuccess;
 }
 

@@ -38,7 +38,7 @@ std::vector<Message> samples() {
       Exit{139, "worker 5 on node-b failed: no restarts left", sample_failures()},
       Leaving{"it received SIGTERM"},
       StacksWanted{7, 1},
-      StacksAsk{0xfffffffeu},
+      StacksAsk{0xfffffffeu, kGatherRanks},
       StacksPart{7, R"({"host": "node-b", "ranks": []})"},
       StacksEnd{7, "node-c (10.0.0.9) (gone)"},
       HangVerdict{5, "hang: no rank printed for 600 s (suspect: blocked)"},
@@ -148,7 +148,8 @@ TEST_CASE("stacks messages: a part too long for a frame is cut, a bad hang flag 
   CHECK(m.id == 3);
   CHECK(m.part.size() <= kMaxStacksText);
   CHECK(m.part.find("bytes cut") != std::string::npos);
-  CHECK(error_of(body_of(encode(StacksWanted{1, 2}))) == "stacks_wanted message: hang must be in 0..1 (got 2)");
+  CHECK(error_of(body_of(encode(StacksWanted{1, 3}))) == "stacks_wanted message: kind must be in 0..2 (got 3)");
+  CHECK(error_of(body_of(encode(StacksAsk{1, 7}))) == "stacks_ask message: kind must be in 0..2 (got 7)");
   CHECK(error_of(body_of(encode(HangVerdict{-1, ""}))) == "hang_verdict message: rank must be >= 0 (got -1)");
 }
 

@@ -132,8 +132,10 @@ TEST_CASE("every node's stacks: gathered for the asker, a hang's once a round fo
   std::optional<StacksEnd> end;
   std::vector<HangVerdict> verdicts;
   std::vector<std::unique_ptr<Client>> clients;
+  std::vector<uint32_t> kinds;  // of the asks node 0 got
   clients = two_nodes(io, server, rounds, [&](int rank, Client::Callbacks& cb) {
     cb.on_stacks_ask = [&, rank](const StacksAsk& a) {
+      if (rank == 0) kinds.push_back(a.kind);
       clients[rank]->send(StacksPart{a.id, "part of node-" + std::to_string(rank)});
     };
     cb.on_stacks_part = [&](const StacksPart& p) {
@@ -145,7 +147,7 @@ TEST_CASE("every node's stacks: gathered for the asker, a hang's once a round fo
   });
   REQUIRE(run_until(io, [&] { return rounds == 2; }));
 
-  clients[0]->send(StacksWanted{41, 0});
+  clients[0]->send(StacksWanted{41, kGatherStacks});
   REQUIRE(run_until(io, [&] { return end.has_value(); }));
   std::sort(relayed.begin(), relayed.end());
   CHECK(relayed == std::vector<std::string>{"part of node-0", "part of node-1"});
@@ -153,9 +155,17 @@ TEST_CASE("every node's stacks: gathered for the asker, a hang's once a round fo
   CHECK(end->missing.empty());
   CHECK(hang_parts.empty());
 
+  // every rank's figures: each node is asked for that kind of part, and the parts come back the same way
+  relayed.clear();
+  end.reset();
+  clients[0]->send(StacksWanted{41, kGatherRanks});
+  REQUIRE(run_until(io, [&] { return end.has_value(); }));
+  CHECK(relayed.size() == 2);
+  CHECK(kinds == std::vector<uint32_t>{kGatherStacks, kGatherRanks});
+
   // both nodes see the hang; the host gets one gathering of the round's parts
-  clients[1]->send(StacksWanted{1, 1});
-  clients[0]->send(StacksWanted{2, 1});
+  clients[1]->send(StacksWanted{1, kGatherHang});
+  clients[0]->send(StacksWanted{2, kGatherHang});
   REQUIRE(run_until(io, [&] { return hang_parts.size() == 1; }));
   CHECK(hang_parts[0] == std::vector<std::string>{"part of node-0", "part of node-1"});
   CHECK(hang_missing[0].empty());
@@ -181,7 +191,7 @@ TEST_CASE("every node's stacks: a node that does not answer is named as missing 
     cb.on_stacks_end = [&](const StacksEnd& e) { end = e; };
   });
   REQUIRE(run_until(io, [&] { return rounds == 2; }));
-  clients[0]->send(StacksWanted{9, 0});
+  clients[0]->send(StacksWanted{9, kGatherStacks});
   REQUIRE(run_until(io, [&] { return end.has_value(); }));
   CHECK(end->missing == "node-1 (127.0.0.1)");
 }
@@ -217,4 +227,28 @@ TEST_CASE("with a shared port, a peer that never spoke goes to the other protoco
   REQUIRE(run_until(io, [&] { return server.stats().unauthenticated == 1; }));
   REQUIRE(run_until(io, [&] { return server.stats().unauthenticated == 0; }));
   CHECK_FALSE(taken.has_value());
+}
+
+TEST_CASE("every node's figures: a node that does not answer is named as missing after the figures' shorter time") {
+  asio::io_context io;
+  auto o = options();
+  o.stacks_timeout = 60s;  // a stack reading may take long; figures come at once or not at all
+  o.ranks_timeout = 300ms;
+  Server server(io, o);
+  int rounds = 0;
+  std::optional<StacksEnd> end;
+  std::vector<std::string> parts;
+  std::vector<std::unique_ptr<Client>> clients;
+  clients = two_nodes(io, server, rounds, [&](int rank, Client::Callbacks& cb) {
+    if (rank == 0) {
+      cb.on_stacks_ask = [&](const StacksAsk& a) { clients[0]->send(StacksPart{a.id, "node-0's figures"}); };
+      cb.on_stacks_part = [&](const StacksPart& p) { parts.push_back(p.part); };
+    }
+    cb.on_stacks_end = [&](const StacksEnd& e) { end = e; };
+  });
+  REQUIRE(run_until(io, [&] { return rounds == 2; }));
+  clients[0]->send(StacksWanted{5, kGatherRanks});
+  REQUIRE(run_until(io, [&] { return end.has_value(); }, 5s));
+  CHECK(parts == std::vector<std::string>{"node-0's figures"});
+  CHECK(end->missing == "node-1 (127.0.0.1)");
 }
