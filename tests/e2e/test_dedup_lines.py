@@ -8,7 +8,8 @@ import re
 from common import LaunchTest, main
 
 # Every rank waits for the others (a file each), then says what every rank says, what half of
-# them say, and what it alone says, in that order; then "last", after a second barrier.
+# them say, and what it alone says, in that order; then, each after a barrier, what every rank says
+# again, and "last".
 SCRIPT = r"""
 import os, sys, time
 rank, world, folder = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), sys.argv[1]
@@ -25,6 +26,7 @@ print("loading the data set", flush=True)
 if rank < 4:
     print("warning: the first half is slow", flush=True)
 print(f"rank {rank} holds shard {rank}", flush=True)
+barrier("step")  # the ranks say it together, within the window, however busy the machine
 print("step 1 done", flush=True)
 print("to stderr from every rank", file=sys.stderr, flush=True)
 barrier("end")
