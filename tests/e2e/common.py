@@ -36,6 +36,28 @@ def tagged_pids(tag):
     return pids
 
 
+def rank_pids(tag, comm_prefix=""):
+    """{RANK: pid} of the test's workers (their environment carries `tag`) whose command name starts
+    with `comm_prefix`."""
+    found = {}
+    needle = ("DTL_TEST_TAG=" + tag).encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{name}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if needle in env and comm.startswith(comm_prefix):
+            for e in env:
+                if e.startswith(b"RANK="):
+                    found[int(e[5:])] = int(name)
+    return found
+
+
 def free_port():
     """A port on 127.0.0.1 that nothing listens on now, below the kernel's ephemeral range: a port
     from that range (bind to 0) can meanwhile become the local port of a connection another test

@@ -8,14 +8,11 @@ that execs Python, one that does not, dtl-train); how stacks are read (py-spy, n
 denied); Debian's torch 1.13 and the oracle venv's 2.x; one node or two. test_diagnosis_*.py each run
 a slice of the cells, so that ctest runs them side by side."""
 import os
-import re
 import signal
 import subprocess
-import sys
 import time
-import unittest
 
-from common import DTLAUNCH, LaunchTest, free_port, torch_pythons
+from common import DTLAUNCH, LaunchTest, free_port, rank_pids, torch_pythons
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NO_PTRACE = os.path.join(HERE, "no_ptrace.py")
@@ -132,33 +129,13 @@ class Cell(LaunchTest):
         """SIGSTOP to dtl-train's `rank` once both ranks have trained a few steps."""
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            pids = self.rank_pids()
+            pids = rank_pids(self.tag, "dtl-train")
             logs_ready = len(pids) == 2 and all(self.cpu_ticks(p) > 50 for p in pids.values())
             if logs_ready:
                 os.kill(pids[rank], signal.SIGSTOP)
                 return
             time.sleep(0.2)
         self.fail("dtl-train did not start training")
-
-    def rank_pids(self):
-        """{RANK: pid} of this test's workers."""
-        found = {}
-        needle = ("DTL_TEST_TAG=" + self.tag).encode()
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-                with open(f"/proc/{name}/comm") as f:
-                    comm = f.read().strip()
-            except OSError:
-                continue
-            if needle in env and comm == "dtl-train":
-                for e in env:
-                    if e.startswith(b"RANK="):
-                        found[int(e[5:])] = int(name)
-        return found
 
     @staticmethod
     def cpu_ticks(pid):

@@ -5,10 +5,9 @@ import os
 import re
 import signal
 import subprocess
-import time
 import unittest
 
-from common import DTLAUNCH, LaunchTest, main, poll_until
+from common import DTLAUNCH, LaunchTest, main, poll_until, rank_pids
 
 LIMIT = 400 << 20
 # Rank 1 fills 2 GiB, 64 MiB at a time, touching every page; rank 0 waits.
@@ -105,8 +104,8 @@ class OomKill(LaunchTest):
 
     def test_a_sigkill_from_outside_is_told_apart_from_the_oom_killer(self):
         job = self.start_in_cgroup("--nproc_per_node=2", "--master_port=0", "--hang_timeout=0", self.script)
-        self.assertTrue(poll_until(lambda: len(self.ranks()) == 2, 30), "the ranks did not start")
-        os.kill(self.ranks()["1"], signal.SIGKILL)
+        self.assertTrue(poll_until(lambda: len(rank_pids(self.tag, "python")) == 2, 30), "the ranks did not start")
+        os.kill(rank_pids(self.tag, "python")[1], signal.SIGKILL)
         _, err = job.communicate(timeout=60)
         self.assertEqual(job.returncode, 137, err)
         root = err.split("Root Cause (first observed failure):")[1]
@@ -114,26 +113,6 @@ class OomKill(LaunchTest):
                                r"dtlaunch \(the kernel's out-of-memory killer killed nothing in its memory cgroup\)")
         self.assertRegex(root, r"peak_rss  : \d+ [KM]iB")
 
-    def ranks(self):
-        """{RANK: pid} of this test's Python workers."""
-        found = {}
-        needle = ("DTL_TEST_TAG=" + self.tag).encode()
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-                with open(f"/proc/{name}/comm") as f:
-                    if not f.read().startswith("python"):
-                        continue
-            except OSError:
-                continue
-            if needle in env:
-                for e in env:
-                    if e.startswith(b"RANK="):
-                        found[e[5:].decode()] = int(name)
-        return found
 
 
 if __name__ == "__main__":
