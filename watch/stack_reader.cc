@@ -159,7 +159,10 @@ std::string ptrace_denied() {
   const pid_t parent = getpid();
   const pid_t target = fork();
   if (target == 0) {
+    // A fork that holds dtlaunch's descriptors (the orphan guard's pipe among them) must not
+    // outlive it, even when dtlaunch died before the death signal was asked for.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
     prctl(PR_SET_PTRACER, parent, 0, 0, 0);
     ssize_t ignored = write(ready[1], "r", 1);
     (void)ignored;
@@ -175,6 +178,7 @@ std::string ptrace_denied() {
     const pid_t prober = fork();
     if (prober == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
       int seen = 0;
       iovec local{&seen, sizeof seen}, remote{&probe, sizeof probe};
       if (ptrace(PTRACE_SEIZE, target, nullptr, nullptr) != 0) _exit(errno & 0xff);

@@ -178,6 +178,20 @@ class Running:
         return subprocess.CompletedProcess(self.proc.args, code, self.out.decode(), self.err.decode())
 
 
+def describe_process(pid):
+    """One line on a process, for a failure's message: its pid, state, parent, cgroup and command."""
+    def read(name):
+        try:
+            with open(f"/proc/{pid}/{name}", "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+    fields = read("stat").rsplit(")", 1)[-1].split()
+    state, ppid = (fields[0], fields[1]) if len(fields) > 1 else ("?", "?")
+    cgroup = [line[3:] for line in read("cgroup").splitlines() if line.startswith("0::")]
+    return f"  pid {pid} state {state} ppid {ppid} cgroup {cgroup[0] if cgroup else '?'}: {read('cmdline').replace(chr(0), ' ')}"
+
+
 class LaunchTest(unittest.TestCase):
     def setUp(self):
         self.tag = uuid.uuid4().hex
@@ -222,9 +236,10 @@ class LaunchTest(unittest.TestCase):
             finally:
                 os.close(fd)
         left = tagged_pids(self.tag)
+        seen = [describe_process(pid) for pid in left]
         for pid in left:
             os.kill(pid, signal.SIGKILL)
-        self.assertEqual(left, [], "processes left running after the test")
+        self.assertEqual(left, [], "processes left running after the test:\n" + "\n".join(seen))
 
     def assertExitCode(self, result, code):
         self.assertEqual(result.returncode, code,

@@ -10,7 +10,6 @@ a slice of the cells, so that ctest runs them side by side."""
 import os
 import signal
 import subprocess
-import time
 
 from common import DTLAUNCH, LaunchTest, free_port, rank_pids, torch_pythons
 
@@ -108,7 +107,7 @@ class Cell(LaunchTest):
         proc = subprocess.Popen(self.command(path, *args), cwd=self.tmp, env=self.env(**env, **self.stack_env(path)),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if kind == "dtl_train":
-            self.stop_rank_once_it_trains(1)
+            self.stop_rank_once_it_trains(proc, 1)
         out, err = proc.communicate(timeout=150)
         return proc.returncode, err
 
@@ -125,26 +124,15 @@ class Cell(LaunchTest):
         results = [p.communicate(timeout=150) for p in procs]
         return procs[0].returncode, results[0][1], results[1][1]
 
-    def stop_rank_once_it_trains(self, rank):
-        """SIGSTOP to dtl-train's `rank` once both ranks have trained a few steps."""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            pids = rank_pids(self.tag, "dtl-train")
-            logs_ready = len(pids) == 2 and all(self.cpu_ticks(p) > 50 for p in pids.values())
-            if logs_ready:
+    def stop_rank_once_it_trains(self, proc, rank):
+        """SIGSTOP to dtl-train's `rank` once rank 0 has logged a step: the ranks have then formed
+        their group and run collectives together, so rank 0 is left waiting in one."""
+        for line in proc.stdout:
+            if line.startswith("[default0]:step "):
+                pids = rank_pids(self.tag, "dtl-train")
                 os.kill(pids[rank], signal.SIGSTOP)
                 return
-            time.sleep(0.2)
-        self.fail("dtl-train did not start training")
-
-    @staticmethod
-    def cpu_ticks(pid):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            return 0
+        self.fail("dtl-train did not log a step")
 
     def check(self, code, err, kind, path, mode):
         """The verdict each cell must reach."""

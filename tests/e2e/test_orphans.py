@@ -45,7 +45,9 @@ class Orphans(LaunchTest):
             run.proc.kill()
         run.proc.wait(timeout=10)
         self.assert_no_leftovers()  # the guard, a fork of dtlaunch, carries the tag and is waited for too
-        self.assertEqual(len(os.listdir(tmpdir)), folders_left, "the run's temporary folder was left behind")
+        left = [os.path.join(d, n) for d, dirs, files in os.walk(tmpdir) for n in dirs + files]
+        self.assertEqual(len(os.listdir(tmpdir)), folders_left,
+                         f"the run's temporary folder was left behind: {left}\nstderr:\n{run.err.decode(errors='replace')}")
         shutil.rmtree(tmpdir)
         run.finish()
 
