@@ -24,20 +24,11 @@ import termios
 import time
 import urllib.request
 
+from bench import cpu_ns  # every thread's CPU, as bench.py row 5 counts it
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DTLAUNCH = os.environ.get("DTLAUNCH", os.path.join(REPO, "build/apps/dtlaunch/dtlaunch"))
-
-
-def cpu_ns(pid):
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        try:
-            with open(path) as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
 
 
 def status_kib(pid, field):

@@ -28,19 +28,26 @@ print(" ".join(f"{k}={os.environ.get(k, '-')}" for k in keys), "ARGS=" + ",".joi
 """
 
 
+def two_loopback_hosts(folder):
+    """(ssh's stand-in, a hostfile of two hosts with 2 slots each, both this machine) written into
+    `folder`; the stand-in logs its arguments to $FAKE_SSH_LOG."""
+    ssh = os.path.join(folder, "fake-ssh")
+    with open(ssh, "w") as f:
+        f.write(FAKE_SSH)
+    os.chmod(ssh, stat.S_IRWXU)
+    hostfile = os.path.join(folder, "hostfile")
+    with open(hostfile, "w") as f:
+        f.write("127.0.0.1 slots=2\nlocalhost slots=2\n")
+    return ssh, hostfile
+
+
 class FanoutLoopback(LaunchTest):
     def setUp(self):
         super().setUp()
-        self.ssh = os.path.join(self.tmp, "fake-ssh")
-        with open(self.ssh, "w") as f:
-            f.write(FAKE_SSH)
-        os.chmod(self.ssh, stat.S_IRWXU)
+        self.ssh, self.hostfile = two_loopback_hosts(self.tmp)
         self.worker = os.path.join(self.tmp, "worker.py")
         with open(self.worker, "w") as f:
             f.write(WORKER)
-        self.hostfile = os.path.join(self.tmp, "hostfile")
-        with open(self.hostfile, "w") as f:
-            f.write("127.0.0.1 slots=2\nlocalhost slots=2\n")
         self.log = os.path.join(self.tmp, "ssh.log")
 
     def run_fanout(self, *args):

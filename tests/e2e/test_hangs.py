@@ -11,7 +11,7 @@ import sys
 import unittest
 
 from common import DTLAUNCH, LaunchTest, Running, free_port, main
-from test_fanout_loopback import FAKE_SSH
+from test_fanout_loopback import two_loopback_hosts
 
 try:
     import seccomp  # noqa: F401 (Debian's python3-seccomp: no_ptrace.py denies ptrace with it)
@@ -250,13 +250,7 @@ class Hangs(LaunchTest):
 
     def test_dtlaunch_stacks_where_the_fan_out_runs_prints_every_host_s_ranks(self):
         # Two hosts through ssh's stand-in (test_fanout_loopback.py), each agent on this machine.
-        ssh = os.path.join(self.tmp, "fake-ssh")
-        with open(ssh, "w") as f:
-            f.write(FAKE_SSH)
-        os.chmod(ssh, 0o700)
-        hostfile = os.path.join(self.tmp, "hostfile")
-        with open(hostfile, "w") as f:
-            f.write("127.0.0.1 slots=2\nlocalhost slots=2\n")
+        ssh, hostfile = two_loopback_hosts(self.tmp)
         runtime = os.path.join(self.tmp, "run")
         os.mkdir(runtime, 0o700)
         env = self.env(PYTHON_EXEC=PYTHON, OMP_NUM_THREADS="1", STUCK_RANK="3", STUCK_S="10", XDG_RUNTIME_DIR=runtime,

@@ -16,7 +16,7 @@ import time
 import unittest
 
 from common import DTLAUNCH, LaunchTest, Running, have_torch, main, torch_pythons, write_allreduce_script
-from netns import Network, delete_stale_namespaces, ip, why_no_netns
+from netns import Network, build_for_tests, ip, why_no_netns
 
 NODES = "abc"
 NET = Network(NODES)
@@ -49,11 +49,7 @@ print(f"rank {rank} of {world} met through {os.environ['MASTER_ADDR']}:{os.envir
 class NetNS(LaunchTest):
     @classmethod
     def setUpClass(cls):
-        delete_stale_namespaces()
-        try:
-            NET.build()
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            raise unittest.SkipTest(f"cannot build the test network (ip netns, veth, bridge): {e}")
+        build_for_tests(NET)
 
     @classmethod
     def tearDownClass(cls):

@@ -13,8 +13,8 @@ import time
 import unittest
 
 from common import DTLAUNCH, LaunchTest, Running, free_port, main
-from netns import Network, delete_stale_namespaces, why_no_netns
-from test_fanout_loopback import FAKE_SSH
+from netns import Network, build_for_tests, why_no_netns
+from test_fanout_loopback import two_loopback_hosts
 
 # Rank 1 spins, rank 2 holds 200 MiB; every rank says it is ready, then waits for the stop file.
 WORKER = r"""
@@ -213,13 +213,7 @@ class TopOneNode(TopBase):
         self.assertExitCode(job.finish(timeout=60), 0)
 
     def test_where_the_fan_out_runs_top_shows_every_host_s_ranks(self):
-        ssh = os.path.join(self.tmp, "fake-ssh")
-        with open(ssh, "w") as f:
-            f.write(FAKE_SSH)
-        os.chmod(ssh, 0o700)
-        hostfile = os.path.join(self.tmp, "hostfile")
-        with open(hostfile, "w") as f:
-            f.write("127.0.0.1 slots=2\nlocalhost slots=2\n")
+        ssh, hostfile = two_loopback_hosts(self.tmp)
         env = self.top_env()
         env["FAKE_SSH_LOG"] = os.path.join(self.tmp, "ssh.log")
         fanout = Running([DTLAUNCH, "--hostfile", hostfile, "--ssh_command", ssh, "--remote_dtlaunch",
@@ -249,11 +243,7 @@ NET = Network("ab", name="top")
 class TopTwoNodes(TopBase):
     @classmethod
     def setUpClass(cls):
-        delete_stale_namespaces()
-        try:
-            NET.build()
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            raise unittest.SkipTest(f"cannot build the test network (ip netns, veth, bridge): {e}")
+        build_for_tests(NET)
 
     @classmethod
     def tearDownClass(cls):
