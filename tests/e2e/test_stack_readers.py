@@ -44,10 +44,11 @@ class StackReaders(LaunchTest):
         self.pids = os.path.join(self.tmp, "reader-pids")
 
     def reader(self, body):
-        """A stand-in for py-spy that logs its pid, then does `body`."""
+        """A stand-in for py-spy that logs its cgroup, then its pid (so a pid logged has its cgroup
+        written whole), then does `body`."""
         path = os.path.join(self.tmp, "py-spy")
         with open(path, "w") as f:
-            f.write(f"#!/bin/sh\necho $$ >> {self.pids}\ncat /proc/$$/cgroup > {self.pids}.cgroup\n{body}\n")
+            f.write(f"#!/bin/sh\ncat /proc/$$/cgroup > {self.pids}.cgroup.$$\necho $$ >> {self.pids}\n{body}\n")
         os.chmod(path, 0o755)
         return path
 
@@ -86,7 +87,7 @@ class StackReaders(LaunchTest):
     def test_sigterm_during_a_reading_ends_dtlaunch_at_once_and_the_readers_with_it(self):
         job = self.start_job("exec >&- 2>&-\nsleep 600")
         self.assertTrue(poll_until(lambda: len(self.reader_pids()) == 2, 30), "no reader started")
-        with open(self.pids + ".cgroup") as f:
+        with open(f"{self.pids}.cgroup.{self.reader_pids()[0]}") as f:
             reader_cgroup = f.read()
         with open(f"/proc/{python_workers(self.tag)[0]}/cgroup") as f:
             self.assertEqual(reader_cgroup, f.read(), "the readers run in the job's cgroup, as the workers do")
