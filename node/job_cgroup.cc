@@ -63,6 +63,24 @@ bool remove_tree(const std::string& path) {
 
 }  // namespace
 
+std::optional<std::string> make_job_cgroup_dir(const std::string& parent, pid_t pid, std::string& why) {
+  const std::string first = parent + "/dtlaunch-" + std::to_string(pid);
+  for (int n = 0; n < kJobCgroupNames; ++n) {
+    const std::string path = n == 0 ? first : first + "." + std::to_string(n);
+    if (::mkdir(path.c_str(), 0755) == 0) return path;
+    if (errno != EEXIST) {
+      why = "cannot create " + path + ": " + std::strerror(errno);
+      return std::nullopt;
+    }
+    // A dtlaunch that had this pid before was killed with its guard, and its cgroup stayed: empty,
+    // it is removed; where its job still runs, the next name is tried.
+    if (!populated(path) && remove_tree(path) && ::mkdir(path.c_str(), 0755) == 0) return path;
+  }
+  why = "cannot create " + first + ": it and the next " + std::to_string(kJobCgroupNames - 1) +
+        " names are cgroups of jobs still running";
+  return std::nullopt;
+}
+
 std::optional<std::string> own_cgroup_dir(std::string_view mountinfo, std::string_view self_cgroup) {
   std::optional<std::string> own;
   for (const auto& line : split(self_cgroup, '\n')) {
@@ -90,11 +108,9 @@ std::unique_ptr<JobCgroup> JobCgroup::create(std::string& why) {
     why = "no cgroup v2 hierarchy holds dtlaunch";
     return nullptr;
   }
-  std::string path = *parent + "/dtlaunch-" + std::to_string(getpid());
-  if (::mkdir(path.c_str(), 0755) != 0) {
-    why = "cannot create " + path + ": " + std::strerror(errno);
-    return nullptr;
-  }
+  const auto made = make_job_cgroup_dir(*parent, getpid(), why);
+  if (!made) return nullptr;
+  const std::string& path = *made;
   int err = 0;
   int dir = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) err = errno;

@@ -4,6 +4,8 @@
 // to the workers' process groups and sessions.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -17,10 +19,19 @@ namespace dtl::node {
 /// hierarchy holding it is mounted.
 std::optional<std::string> own_cgroup_dir(std::string_view mountinfo, std::string_view self_cgroup);
 
+/// How many names make_job_cgroup_dir tries.
+inline constexpr int kJobCgroupNames = 16;
+
+/// Makes `<parent>/dtlaunch-<pid>` and returns it. Where that name is taken (pids are reused, and a
+/// dtlaunch killed together with its orphan guard leaves its cgroup behind), an empty cgroup of that
+/// name is removed and made anew; one still populated is left, and `dtlaunch-<pid>.1`, `.2`, ... are
+/// tried. nullopt with the reason in `why` where none can be made.
+std::optional<std::string> make_job_cgroup_dir(const std::string& parent, pid_t pid, std::string& why);
+
 class JobCgroup {
  public:
-  /// Creates `<this process's cgroup>/dtlaunch-<pid>`; nullptr with the reason in `why` where it
-  /// cannot.
+  /// Creates `<this process's cgroup>/dtlaunch-<pid>` (make_job_cgroup_dir); nullptr with the reason
+  /// in `why` where it cannot.
   static std::unique_ptr<JobCgroup> create(std::string& why);
   ~JobCgroup();
   JobCgroup(const JobCgroup&) = delete;

@@ -27,6 +27,13 @@ def cgroup2_mounts():
         return [line.split()[4] for line in f if " - cgroup2 " in line]
 
 
+def own_cgroup2_dir():
+    """This process's folder in the cgroup2 hierarchy."""
+    with open("/proc/self/cgroup") as f:
+        own = [line.strip()[3:] for line in f if line.startswith("0::")][0]
+    return cgroup2_mounts()[0] + own.rstrip("/")
+
+
 class Orphans(LaunchTest):
     def start_job(self, *flags, kinds="group"):
         tmpdir = os.path.join(self.tmp, "tmp")
@@ -97,6 +104,27 @@ class Orphans(LaunchTest):
                 outer = {p.rsplit("/dtlaunch-", 1)[0] for p in paths}
                 self.assertFalse([m + p for m in mounts for p in outer if os.path.exists(m + p)],
                                  "a job cgroup was left behind")
+
+    def test_a_job_cgroup_left_by_a_killed_dtlaunch_whose_pid_comes_again_is_taken_over(self):
+        # A dtlaunch SIGKILLed with its guard leaves dtlaunch-<pid>; pids wrap (pid_max is 32768 on
+        # many machines), and the next dtlaunch with that pid must still get a cgroup of its own.
+        self.require_job_cgroup()
+        parent = own_cgroup2_dir()
+        with open("/proc/sys/kernel/ns_last_pid") as f:
+            first = int(f.read()) + 1000
+        stale = {pid: os.path.join(parent, f"dtlaunch-{pid}") for pid in range(first, first + 200)}
+        for path in stale.values():
+            os.makedirs(path, exist_ok=True)
+        self.addCleanup(lambda: [os.rmdir(p) for p in stale.values() if os.path.isdir(p)])
+        try:
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(first - 1))  # the next process made here gets pid `first`, or one soon after
+        except OSError as e:
+            self.skipTest(f"cannot choose the next pid here: {e}")
+        run, tmpdir = self.start_job(kinds="session")
+        self.assertIn(run.proc.pid, stale, "dtlaunch's pid fell outside the stale cgroups' range")
+        self.assertIn(f"/dtlaunch-{run.proc.pid}\n".encode(), run.out, "the workers are not in the job's cgroup")
+        self.kill_and_check(run, tmpdir, whole_group=True)
 
     def test_the_job_cgroup_is_removed_after_a_normal_run(self):
         r = self.launch("--master_port=0", "--no_python", "/bin/sh", "-c", "grep '^0::' /proc/self/cgroup")

@@ -1,6 +1,9 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "node/job_cgroup.h"
 #include "node/orphan_guard.h"
 #include "node/proc_stat.h"
@@ -58,4 +61,30 @@ TEST_CASE("the session is read after the command name, whatever that name holds"
   CHECK_FALSE(stat_session("77 (cut) S 1 2"));
   CHECK_FALSE(stat_session("no parenthesis"));
   CHECK_FALSE(stat_session(""));
+}
+
+TEST_CASE("a job cgroup's name left by a dead dtlaunch with the same pid is taken over, unless its job runs") {
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::temp_directory_path() / ("dtl-job-cgroup-test-" + std::to_string(getpid()));
+  fs::remove_all(parent);
+  fs::create_directories(parent / "dtlaunch-123" / "dtlaunch-456");  // stale, with a nested job's
+  std::string why;
+  CHECK(make_job_cgroup_dir(parent.string(), 123, why) == (parent / "dtlaunch-123").string());
+  CHECK(fs::is_empty(parent / "dtlaunch-123"));
+
+  std::ofstream(parent / "dtlaunch-123" / "cgroup.events") << "populated 1\nfrozen 0\n";  // its job runs
+  CHECK(make_job_cgroup_dir(parent.string(), 123, why) == (parent / "dtlaunch-123.1").string());
+  CHECK(fs::exists(parent / "dtlaunch-123" / "cgroup.events"));
+
+  for (int n = 1; n < kJobCgroupNames; ++n) {
+    const auto taken = parent / ("dtlaunch-7." + std::to_string(n));
+    fs::create_directories(taken);
+    std::ofstream(taken / "cgroup.events") << "populated 1\n";
+  }
+  fs::create_directories(parent / "dtlaunch-7");
+  std::ofstream(parent / "dtlaunch-7" / "cgroup.events") << "populated 1\n";
+  CHECK_FALSE(make_job_cgroup_dir(parent.string(), 7, why));
+  CHECK(why == "cannot create " + (parent / "dtlaunch-7").string() +
+                   ": it and the next 15 names are cgroups of jobs still running");
+  fs::remove_all(parent);
 }
