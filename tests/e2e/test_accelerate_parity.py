@@ -47,9 +47,21 @@ def goldens():
             yield json.load(f)
 
 
+# What dtlaunch's hang watch adds to every worker, beside torchrun's contract: torch's flight recorder
+# on with its dumps in the run's log folder, and the folder of dtlaunch's sitecustomize.py (whose thread
+# dumps a rank's record when asked) first on PYTHONPATH. A value the user set is kept as it is.
+HANG_WATCH = {"TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"}
+
+
 def normalized(env, base, cwd, tmp):
     out = {}
     for k, v in env.items():
+        if k in HANG_WATCH and k not in base:
+            continue
+        if k == "PYTHONPATH" and v.split(":")[0].endswith("/python") and base.get(k, "").split(":")[0] != v.split(":")[0]:
+            v = v.split(":", 1)[1] if ":" in v else ""  # dtlaunch's sitecustomize.py first
+            if not v:
+                continue
         if base.get(k) == v:
             continue
         if k == "MASTER_PORT":
