@@ -145,7 +145,8 @@ int run_env(const std::vector<std::string>& args, const EnvLookup& env) {
       << "; eu-stack " << (tools.eu_stack.empty() ? std::string("not installed") : tools.eu_stack) << "\n";
   // torch's flight recorder: what every worker gains while the hang watch is on (watch/flight_recorder.h)
   out << "- Flight recorder: with --hang_timeout above 0, the workers' PYTHONPATH is led by dtlaunch's "
-         "sitecustomize.py, whose thread dumps a rank's record when dtlaunch asks (DTLAUNCH_FR_TRIGGER, a FIFO); "
+         "sitecustomize.py, whose thread dumps a rank's record when dtlaunch asks (DTLAUNCH_FR_TRIGGER, a FIFO; the "
+         "hook takes both out of the script's environment again); "
          "TORCH_FR_BUFFER_SIZE=2000, TORCH_FR_DUMP_TEMP_FILE and TORCH_NCCL_DEBUG_INFO_PIPE_FILE are set where "
          "unset (none with TORCH_FR_BUFFER_SIZE=0)\n";
 

@@ -20,6 +20,17 @@ def _dtlaunch_flight_recorder():
     # on it answers even while the main thread waits in a collective. Out of the environment, so
     # that the rank's own Python children do not wait on it too.
     fifo = os.environ.pop("DTLAUNCH_FR_TRIGGER", None)
+    if not os.environ.get("DTLAUNCH_STACKS_SIGNAL"):
+        # Only this hook needed dtlaunch's folder first on PYTHONPATH: the rank and its children see
+        # the PYTHONPATH torchrun would have given (faulthandler's hook, where it is used, keeps it
+        # for the rank's Python children).
+        here = os.path.dirname(os.path.abspath(__file__))
+        parts = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if parts[0] and os.path.abspath(parts[0]) == here:
+            if len(parts) > 1:
+                os.environ["PYTHONPATH"] = os.pathsep.join(parts[1:])
+            else:
+                del os.environ["PYTHONPATH"]
     if not fifo:
         return
     import threading

@@ -62,7 +62,7 @@ struct Asking {
 
 /// Why a rank's hook does not take a request.
 std::string no_hook(pid_t pid) {
-  if (!node::rank_process(pid).kind.python) return "not a Python process, and no NCCL pipe: nothing asks it";
+  if (!node::rank_process(pid).kind.python) return std::string(kNotAsked);
   return "dtlaunch's hook does not answer (not loaded: python -I, -E or -S, or a PYTHONPATH of its own?)";
 }
 

@@ -7,11 +7,15 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "watch/flight_recorder.h"
 
 namespace dtl::watch {
+
+/// Why a rank has no record where nothing could ask it: a native process without NCCL's pipe.
+inline constexpr std::string_view kNotAsked = "not a Python process, and no NCCL pipe: nothing asks it";
 
 /// A rank to ask.
 struct RecorderRank {

@@ -48,8 +48,8 @@ def goldens():
 
 
 # What dtlaunch's hang watch adds to every worker, beside torchrun's contract: torch's flight recorder
-# on with its dumps in the run's log folder, and the folder of dtlaunch's sitecustomize.py (whose thread
-# dumps a rank's record when asked) first on PYTHONPATH. A value the user set is kept as it is.
+# on, with its dumps in the run's log folder. A value the user set is kept as it is. (dtlaunch's
+# folder first on PYTHONPATH, for its hook, is taken out again by the hook: the worker sees the user's.)
 HANG_WATCH = {"TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"}
 
 
@@ -58,10 +58,6 @@ def normalized(env, base, cwd, tmp):
     for k, v in env.items():
         if k in HANG_WATCH and k not in base:
             continue
-        if k == "PYTHONPATH" and v.split(":")[0].endswith("/python") and base.get(k, "").split(":")[0] != v.split(":")[0]:
-            v = v.split(":", 1)[1] if ":" in v else ""  # dtlaunch's sitecustomize.py first
-            if not v:
-                continue
         if base.get(k) == v:
             continue
         if k == "MASTER_PORT":

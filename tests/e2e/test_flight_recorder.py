@@ -253,16 +253,18 @@ class FlightRecorder(LaunchTest):
         self.assertRegex(raw["DTLAUNCH_FR_TRIGGER"], r"/attempt_0/0/flight_recorder\.fifo$")
         self.assertRegex(raw["PYTHONPATH"], r"^/.*/python$")
         self.assertNotIn("DTLAUNCH_FR_TRIGGER", env["seen"])  # the hook took it: its children do not wait on it
+        self.assertNotIn("PYTHONPATH", env["seen"])  # and its folder: the script sees torchrun's PYTHONPATH
         self.assertEqual(raw["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1")  # torchrun's, as before
         for name in ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
             self.assertNotIn(name, raw)  # torch 2.15 warns about the older names
 
         mine = worker_env(TORCH_NCCL_TRACE_BUFFER_SIZE="64", TORCH_FR_DUMP_TEMP_FILE="/tmp/mine_",
-                          PYTHONPATH="/somewhere")["raw"]
-        self.assertEqual(mine["TORCH_NCCL_TRACE_BUFFER_SIZE"], "64")
-        self.assertNotIn("TORCH_FR_BUFFER_SIZE", mine)
-        self.assertEqual(mine["TORCH_FR_DUMP_TEMP_FILE"], "/tmp/mine_")
-        self.assertRegex(mine["PYTHONPATH"], r"^/.*/python:/somewhere$")
+                          PYTHONPATH="/somewhere")
+        self.assertEqual(mine["raw"]["TORCH_NCCL_TRACE_BUFFER_SIZE"], "64")
+        self.assertNotIn("TORCH_FR_BUFFER_SIZE", mine["raw"])
+        self.assertEqual(mine["raw"]["TORCH_FR_DUMP_TEMP_FILE"], "/tmp/mine_")
+        self.assertRegex(mine["raw"]["PYTHONPATH"], r"^/.*/python:/somewhere$")
+        self.assertEqual(mine["seen"]["PYTHONPATH"], "/somewhere")
 
         off = worker_env(TORCH_FR_BUFFER_SIZE="0")["raw"]
         for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "DTLAUNCH_FR_TRIGGER"):
