@@ -126,9 +126,9 @@ class ElasticAgent final : public launcher::Runner {
     posix::raise_fd_limit();
     // A hang's report for the whole job is made here, from every node's part.
     opts.server->on_hang_stacks = [this](std::vector<std::string> parts, const std::string& missing) {
-      if (auto verdict = group.hangs().job_report(parts, missing); verdict && server) {
-        server->announce(rdzv::HangVerdict{verdict->first, verdict->second});
-      }
+      group.hangs().job_report(parts, missing, [this](watch::HangWatch::Verdict verdict) {
+        if (verdict && server) server->announce(rdzv::HangVerdict{verdict->first, verdict->second});
+      });
     };
     if (plan.group.agent_store) {
       store = std::make_unique<store::Server>(io);

@@ -139,10 +139,16 @@ int run_env(const std::vector<std::string>& args, const EnvLookup& env) {
   // How a hang's stacks would be read here, and what that adds to the workers' environment.
   const auto tools = watch::find_stack_tools(py.size() >= 2 ? py[1] : python);
   out << "- Hang stacks: py-spy "
-      << (tools.py_spy.empty() ? std::string("not installed (Python ranks' stacks come from faulthandler: the workers' "
-                                             "PYTHONPATH is then led by dtlaunch's sitecustomize.py)")
+      << (tools.py_spy.empty() ? std::string("not installed (Python ranks' stacks come from faulthandler, registered by "
+                                             "dtlaunch's sitecustomize.py)")
                                : tools.py_spy)
       << "; eu-stack " << (tools.eu_stack.empty() ? std::string("not installed") : tools.eu_stack) << "\n";
+  // torch's flight recorder: what every worker gains while the hang watch is on (watch/flight_recorder.h)
+  out << "- Flight recorder: with --hang_timeout above 0, the workers' PYTHONPATH is led by dtlaunch's "
+         "sitecustomize.py, whose thread dumps a rank's record when dtlaunch asks (DTLAUNCH_FR_TRIGGER, a FIFO; the "
+         "hook takes both out of the script's environment again); "
+         "TORCH_FR_BUFFER_SIZE=2000, TORCH_FR_DUMP_TEMP_FILE and TORCH_NCCL_DEBUG_INFO_PIPE_FILE are set where "
+         "unset (none with TORCH_FR_BUFFER_SIZE=0)\n";
 
   if (!settings) {
     out << "- Settings: error: " << settings.error().message << "\n";

@@ -338,12 +338,15 @@ struct WorkerGroup::Impl {
   }
 
   /// A worker's variables with the hang watch's, where ptrace is not allowed (its PYTHONPATH first).
-  EnvPairs with_stacks_fallback(EnvPairs env, const Worker& w) const {
-    std::optional<std::string> python_path = process_env()("PYTHONPATH");
-    for (const auto& [k, v] : env) {
-      if (k == "PYTHONPATH") python_path = v;
-    }
-    auto extra = watcher.worker_variables(w.stacks_file, python_path);
+  EnvPairs with_stacks_fallback(EnvPairs env, const Worker& w) {
+    const EnvLookup inherited = process_env();
+    const EnvLookup given = [&](const std::string& name) -> std::optional<std::string> {
+      for (const auto& [k, v] : env) {
+        if (k == name) return v;
+      }
+      return inherited(name);
+    };
+    auto extra = watcher.worker_variables(w.stacks_file, given);
     if (extra.empty()) return env;
     std::erase_if(env, [&](const auto& kv) {
       return std::any_of(extra.begin(), extra.end(), [&](const auto& x) { return x.first == kv.first; });

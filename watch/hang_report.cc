@@ -84,7 +84,11 @@ std::string silence(double quiet_s) { return fmt::format("no rank printed for {:
 
 std::string hang_failure(const Hang& hang, const HungRank* suspect) {
   return "hang: " + (hang.cause.empty() ? silence(hang.quiet_s) : shown(hang.cause, 400)) + " (" +
-         (suspect ? "suspect: " + shown(suspect->doing, 200)
+         (suspect ? "suspect: " + shown((waits_for_others(*suspect) || suspect->stack.empty()) &&
+                                                !verdict_reason(hang.collective, suspect->rank).empty()
+                                            ? verdict_reason(hang.collective, suspect->rank)
+                                            : suspect->doing,
+                                        200)
                   : std::string("no suspect: the lowest rank stands for the job")) +
          ")";
 }
@@ -147,12 +151,16 @@ std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const s
                             : (busy.size() == 1 ? "rank " : "ranks ") + ranges(busy) + " ran while the others waited")
           : "dtlaunch: hang: " + shown(hang.cause) + "\n";
   out += stacks_text(hang, host, how);
+  out += verdict_text(hang.collective);
   if (suspect) {
     const auto& r = hang.ranks[*suspect];
     const auto frames = main_thread(r.stack);
+    // a rank that waits, or whose stack is missing, is named by the flight recorder's verdict, which says why
+    const auto by_record =
+        waits_for_others(r) || r.stack.empty() ? verdict_reason(hang.collective, r.rank) : std::string();
     out += fmt::format("dtlaunch: suspect rank {} on {} (pid {}): {}\n", r.rank,
                        shown(r.host.empty() ? host : r.host, 100), r.pid,
-                       shown(frames.empty() ? r.doing : frames.front()));
+                       !by_record.empty() ? shown(by_record) : shown(frames.empty() ? r.doing : frames.front()));
   } else {
     out += "dtlaunch: no suspect: " + no_suspect_reason(hang) + "\n";
   }
@@ -166,6 +174,8 @@ std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, co
                   timeout_s, hang.quiet_s, json_string(hang.cause), json_string(host), json_string(how));
   out +=
       "\"suspect\": " + (suspect ? std::to_string(hang.ranks[*suspect].rank) : std::string("null")) + ", \"ranks\": [";
+  const bool with_verdict =
+      !hang.collective.ranks.empty() || !hang.collective.no_record.empty() || !hang.collective.error.empty();
   for (size_t i = 0; i < hang.ranks.size(); ++i) {
     const auto& r = hang.ranks[i];
     out += fmt::format(
@@ -179,9 +189,15 @@ std::string hang_report_json(const Hang& hang, std::optional<size_t> suspect, co
     for (size_t j = 0; j < r.stack.size(); ++j) out += (j ? ", " : "") + json_string(r.stack[j]);
     out += "], \"native\": [";
     for (size_t j = 0; j < r.native.size(); ++j) out += (j ? ", " : "") + json_string(r.native[j]);
-    out += "]}";
+    out += "]";
+    if (!r.record.empty() || !r.record_error.empty()) {
+      out += ", \"record\": " + json_string(r.record) + ", \"record_error\": " + json_string(r.record_error);
+    }
+    out += "}";
   }
-  return out + "]}\n";
+  out += "]";
+  if (with_verdict) out += ", \"collective\": " + verdict_json(hang.collective);
+  return out + "}\n";
 }
 
 std::string hang_part(const Hang& hang, const std::string& host, const std::string& how, size_t budget) {
@@ -206,6 +222,12 @@ std::string hang_part(const Hang& hang, const std::string& host, const std::stri
     r.stack_error = "cut: too many ranks on this node for one part";
     r.traceback = tail(r.traceback, 256);  // the exception's line still names the suspect
     if (r.host.empty()) r.host = host;
+  }
+  out = hang_report_json(bare, std::nullopt, host, how, 0);
+  if (out.size() <= budget) return out;
+  for (auto& r : bare.ranks) {  // the flight recorder's records last
+    if (!r.record.empty()) r.record_error = "cut: too many ranks on this node for one part";
+    r.record.clear();
   }
   return hang_report_json(bare, std::nullopt, host, how, 0);
 }
@@ -236,6 +258,8 @@ std::optional<Hang> parse_hang_part(const std::string& json) {
       if (n["stack"] && n["stack"].IsSequence()) {
         for (const auto& line : n["stack"]) r.stack.push_back(line.as<std::string>(""));
       }
+      if (n["record"]) r.record = n["record"].as<std::string>("");
+      if (n["record_error"]) r.record_error = n["record_error"].as<std::string>("");
       hang.ranks.push_back(std::move(r));
     }
     return hang;

@@ -10,8 +10,9 @@
 namespace dtl::watch {
 
 /// One node's ranks, `doing` filled, for the job's report on the node hosting the rendezvous: the
-/// report's JSON without a verdict, each rank naming `host`, within `budget` bytes (the stacks
-/// cut to their main threads, then to fewer frames, then left out).
+/// report's JSON without a verdict, each rank naming `host` and carrying its flight recorder's
+/// record, within `budget` bytes (the stacks cut to their main threads, then to fewer frames, then
+/// left out; the records last).
 std::string hang_part(const Hang& hang, const std::string& host, const std::string& how, size_t budget);
 /// A node's part back; nullopt when it is not one.
 std::optional<Hang> parse_hang_part(const std::string& json);
@@ -30,7 +31,8 @@ std::string hang_failure(const Hang& hang, const HungRank* suspect);
 std::string stacks_text(const Hang& hang, const std::string& host, const std::string& how);
 
 /// The report for the console: a headline, the table, every rank's stack (ranks with the same stack
-/// as one block) and the verdict. `how`: which tool read the stacks. What the ranks' or other nodes'
+/// as one block), the flight recorder's verdict (hang.collective) and the suspect. `how`: which
+/// tool read the stacks. What the ranks' or other nodes'
 /// text holds (names of threads, functions, files, hosts) is made printable (base/printable.h).
 std::string hang_report(const Hang& hang, std::optional<size_t> suspect, const std::string& host,
                         const std::string& how, double timeout_s);

@@ -47,7 +47,7 @@ HangClock::time_point HangState::record(HangClock::time_point now, const std::ve
 }
 
 Hang HangState::snapshot(HangClock::time_point now, HangClock::time_point last, const std::vector<RankSample>& ranks) {
-  Hang hang{seconds(now - last), {}, ""};
+  Hang hang{seconds(now - last), {}, "", {}};
   for (const auto& r : ranks) {
     const auto& cpu = seen_[r.pid].cpu;
     const double span = seconds(now - cpu.front().first);

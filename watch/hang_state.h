@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "watch/flight_recorder.h"
+
 namespace dtl::watch {
 
 using HangClock = std::chrono::steady_clock;
@@ -50,12 +52,15 @@ struct HungRank {
   std::string host;                 ///< the node it runs on, where it is not the report's own
   std::string traceback;            ///< its last output was this traceback, and it lives on
   pid_t read_pid = 0;               ///< the process read, where not the rank's own (the Python under a wrapper)
+  std::string record;               ///< its flight recorder's last entries (JSON), in a node's part of a job's report
+  std::string record_error;         ///< why it has no record there
 };
 
 struct Hang {
   double quiet_s = 0;  ///< since the last output of any rank
   std::vector<HungRank> ranks;
   std::string cause;  ///< what signalled it ("" for the silence): "rank 0's NCCL watchdog timed out a collective"
+  CollectiveVerdict collective;  ///< torch's analyzer on every rank's flight recorder, where they were read
 };
 
 class HangState {

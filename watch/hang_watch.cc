@@ -1,8 +1,10 @@
 #include "watch/hang_watch.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -14,8 +16,10 @@
 
 #include "base/posix.h"
 #include "base/printable.h"
+#include "base/text.h"
 #include "config/files.h"
 #include "node/proc_stat.h"
+#include "watch/flight_recorder.h"
 #include "watch/hang_report.h"
 #include "watch/stack_reader.h"
 #include "watch/stacks.h"
@@ -30,6 +34,81 @@ namespace {
 constexpr auto kTick = std::chrono::seconds(1);
 constexpr auto kStackTimeout = std::chrono::seconds(10);
 constexpr auto kOnDemandWindow = std::chrono::milliseconds(250);  ///< `dtlaunch stacks`'s CPU window
+constexpr auto kAnalyzerTimeout = std::chrono::seconds(60);       ///< torch's analyzer, importing torch first
+constexpr auto kSampleEvery = std::chrono::seconds(10);           ///< the straggler watch's arrival times
+
+/// Writes to an eventfd: whatever watches it stops.
+void poke(int fd) {
+  const uint64_t one = 1;
+  ssize_t ignored = ::write(fd, &one, sizeof one);
+  (void)ignored;
+}
+
+/// Torch's analyzer's verdict on the records `answers` left in `folder`.
+CollectiveVerdict verdict_on(const std::vector<RecordAnswer>& answers, const std::vector<RecorderRank>& asked,
+                             const std::string& script, const std::string& folder, const std::string& fallback,
+                             const ReadLimits& limits) {
+  CollectiveVerdict v;
+  const bool any = std::any_of(answers.begin(), answers.end(), [](const auto& a) { return a.ok; });
+  // native ranks without NCCL's pipe (dtl-train on Gloo): nothing to say about records
+  if (!any && std::all_of(answers.begin(), answers.end(), [](const auto& a) { return a.why == kNotAsked; })) {
+    return v;
+  }
+  if (!any) {
+    v.error = "no rank's record";
+  } else if (script.empty()) {
+    v.error = "dtlaunch could not write its analyzer into the run's folder";
+  } else {
+    v = run_analyzer({analyzer_python(answers, asked, fallback),
+                      script,
+                      {"verdict", folder, std::string(kRecordPrefix)},
+                      kAnalyzerTimeout,
+                      limits.cancel_fd,
+                      limits.cgroup_fd,
+                      limits.cgroup_procs_fd});
+  }
+  v.folder = folder;
+  for (const auto& a : answers) {
+    if (!a.ok) v.no_record[a.rank] = a.why;
+  }
+  return v;
+}
+
+/// Each rank's record, its last entries as JSON, into its `record` for a node's part.
+void export_records(Hang& hang, const std::vector<RecordAnswer>& answers, const std::vector<RecorderRank>& asked,
+                    const std::string& script, const std::string& folder, const std::string& fallback,
+                    const ReadLimits& limits, size_t budget) {
+  std::string why;
+  const std::string lines =
+      script.empty() ? ""
+                     : run_analyzer_raw({analyzer_python(answers, asked, fallback),
+                                         script,
+                                         {"export", folder, std::string(kRecordPrefix), std::to_string(budget)},
+                                         kAnalyzerTimeout,
+                                         limits.cancel_fd,
+                                         limits.cgroup_fd,
+                                         limits.cgroup_procs_fd},
+                                        why);
+  std::map<int, std::string> by_rank;
+  for (const auto& line : text::split(lines, '\n')) {
+    constexpr std::string_view kHead = "{\"rank\":";  // the export writes each record's rank first
+    if (!line.starts_with(kHead)) continue;
+    const auto end = line.find(',', kHead.size());
+    if (auto rank = text::to_long(line.substr(kHead.size(), end - kHead.size()))) {
+      by_rank[static_cast<int>(*rank)] = line;
+    }
+  }
+  for (auto& r : hang.ranks) {
+    const auto answer = std::find_if(answers.begin(), answers.end(), [&](const auto& a) { return a.rank == r.rank; });
+    if (auto it = by_rank.find(r.rank); it != by_rank.end()) {
+      r.record = it->second;
+    } else if (answer != answers.end() && !answer->ok) {
+      r.record_error = answer->why;
+    } else if (answer != answers.end()) {
+      r.record_error = why.empty() ? "its record did not fit this node's part" : why;
+    }
+  }
+}
 
 }  // namespace
 
@@ -61,19 +140,29 @@ HangWatch::HangWatch(asio::io_context& io, WatchSettings settings, std::function
   tools_ = find_stack_tools(settings_.exec_path);
   if (settings_.hang_timeout_s <= 0) return;
   tools_.no_ptrace = ptrace_denied();
-  if (tools_.no_ptrace.empty() && !tools_.py_spy.empty()) return;
-  // Python ranks' stacks come from their own faulthandler then: decided now, said once.
+  // The workers' sitecustomize.py always holds the flight recorder's hook; faulthandler's is used
+  // where Python ranks' stacks come from it: decided now, said once.
+  const bool faulthandler = !tools_.no_ptrace.empty() || tools_.py_spy.empty();
   const auto dir = settings_.run_dir / "python";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   const std::string why_hook = !tools_.no_ptrace.empty() ? "ptrace is not allowed here (" + tools_.no_ptrace + ")"
                                                          : "py-spy is not installed (pip install py-spy)";
-  if (auto why = config::write_file_atomically((dir / "sitecustomize.py").string(), std::string(site_customize()));
+  if (auto why = config::write_file_atomically((dir / "sitecustomize.py").string(),
+                                               std::string(site_customize()) + std::string(recorder_hook()));
       !why.empty()) {
-    spdlog::warn("no Python stacks of hung ranks: {}, and {}", why_hook, why);
+    spdlog::warn("no flight recorder's record of Python ranks{}: {}",
+                 faulthandler ? ", and no Python stacks of hung ranks: " + why_hook : std::string(), why);
     return;
   }
   site_dir_ = dir.string();
+  const auto analyzer = settings_.run_dir / "flight_recorder_analyzer.py";
+  if (auto why = config::write_file_atomically(analyzer.string(), std::string(recorder_analyzer())); why.empty()) {
+    analyzer_ = analyzer.string();
+  } else {
+    spdlog::warn("no verdict from the flight recorder: {}", why);
+  }
+  if (!faulthandler) return;
   tools_.hook = true;
   // said when the workers first start: a launch refused before then has nothing to say about it
   hook_notice_ = why_hook +
@@ -83,12 +172,46 @@ HangWatch::HangWatch(asio::io_context& io, WatchSettings settings, std::function
                  ", first on their PYTHONPATH)";
 }
 
-EnvPairs HangWatch::worker_variables(const std::string& stacks_file,
-                                     const std::optional<std::string>& python_path) const {
-  if (site_dir_.empty()) return {};
-  return {{"PYTHONPATH", python_path && !python_path->empty() ? site_dir_ + ":" + *python_path : site_dir_},
-          {"DTLAUNCH_STACKS_SIGNAL", std::to_string(stacks_signal())},
-          {"DTLAUNCH_STACKS_FILE", stacks_file}};
+EnvPairs HangWatch::worker_variables(const std::string& stacks_file, const EnvLookup& given) {
+  if (settings_.hang_timeout_s <= 0 || site_dir_.empty()) return {};
+  const auto rank_dir = std::filesystem::path(stacks_file).parent_path();
+  auto [out, paths] = recorder_variables(given, rank_dir.parent_path());
+  recorder_ = paths;
+  bool hooked = false;
+  if (paths.on) {
+    // The hook's FIFO, made before the worker starts: a worker whose hook never opened it is told
+    // from one that is busy by its missing reader.
+    const auto trigger = recorder_files(rank_dir).trigger;
+    std::error_code ec;
+    std::filesystem::create_directories(rank_dir, ec);
+    std::filesystem::remove(trigger, ec);
+    if (::mkfifo(trigger.c_str(), 0600) == 0) {
+      out.emplace_back("DTLAUNCH_FR_TRIGGER", trigger);
+      hooked = true;
+    } else {
+      spdlog::warn("no flight recorder's record of this worker: cannot make {}: {}", trigger, std::strerror(errno));
+    }
+  }
+  if (tools_.hook) {
+    out.emplace_back("DTLAUNCH_STACKS_SIGNAL", std::to_string(stacks_signal()));
+    out.emplace_back("DTLAUNCH_STACKS_FILE", stacks_file);
+    hooked = true;
+  }
+  if (hooked) {
+    const auto python_path = given("PYTHONPATH");
+    out.emplace_back("PYTHONPATH", python_path && !python_path->empty() ? site_dir_ + ":" + *python_path : site_dir_);
+  }
+  return out;
+}
+
+std::vector<RecorderRank> HangWatch::recorder_ranks(const std::vector<Probe>& probes) const {
+  std::vector<RecorderRank> out;
+  if (!recorder_.on) return out;
+  // the hook's files are in the rank's log folder, beside its stacks file
+  for (const auto& p : probes) {
+    out.push_back({p.rank, p.pid, recorder_files(std::filesystem::path(p.stacks_file).parent_path())});
+  }
+  return out;
 }
 
 void HangWatch::cancel_reading() {
@@ -101,8 +224,12 @@ void HangWatch::cancel_reading() {
 
 HangWatch::~HangWatch() {
   *alive_ = false;
-  cancel_reading();                        // the readers are killed, not waited for
+  cancel_reading();  // the readers are killed, not waited for
+  if (sample_cancel_) poke(sample_cancel_->fd);
+  if (judge_cancel_) poke(judge_cancel_->fd);
   if (reader_.joinable()) reader_.join();  // its handler never runs now
+  if (arrivals_.joinable()) arrivals_.join();
+  if (judge_.joinable()) judge_.join();
 }
 
 void HangWatch::answer(const StacksSocket::Ask& ask) {
@@ -110,29 +237,31 @@ void HangWatch::answer(const StacksSocket::Ask& ask) {
     if (!ask.wanted()) return ask.reply("");
     return job_wide_->gather(
         [this, reply = ask.reply](const std::vector<std::string>& parts, const std::string& missing) {
-          auto [hang, unreadable] = merged(parts);
+          auto [merged_hang, unreadable] = merged(parts);
           const size_t nodes = parts.size() - unreadable;  // two nodes may go by one host name
-          std::string text = "dtlaunch: the stacks of " + std::to_string(hang.ranks.size()) + " ranks on " +
-                             std::to_string(nodes) + (nodes == 1 ? " node" : " nodes") + ":\n" +
-                             stacks_text(hang, posix::host_name(), how());
-          if (!missing.empty()) text += "dtlaunch: no stacks came from " + printable(missing, 400) + "\n";
-          if (unreadable) text += "dtlaunch: " + std::to_string(unreadable) + " node(s) sent what is not a part\n";
-          reply(text);
+          judge_parts(std::move(merged_hang), [this, reply, missing, unreadable, nodes](Hang hang) {
+            std::string text = "dtlaunch: the stacks of " + std::to_string(hang.ranks.size()) + " ranks on " +
+                               std::to_string(nodes) + (nodes == 1 ? " node" : " nodes") + ":\n" +
+                               stacks_text(hang, posix::host_name(), how()) + verdict_text(hang.collective);
+            if (!missing.empty()) text += "dtlaunch: no stacks came from " + printable(missing, 400) + "\n";
+            if (unreadable) text += "dtlaunch: " + std::to_string(unreadable) + " node(s) sent what is not a part\n";
+            reply(text);
+          });
         });
   }
   now(ask.wanted, [this, reply = ask.reply](std::optional<Hang> hang) {
     if (!hang) return reply("dtlaunch: no rank runs now\n");
     reply("dtlaunch: the stacks of " + std::to_string(hang->ranks.size()) + " ranks on " +
           printable(posix::host_name(), 200) + " (pid " + std::to_string(::getpid()) + "):\n" +
-          stacks_text(*hang, posix::host_name(), how()));
+          stacks_text(*hang, posix::host_name(), how()) + verdict_text(hang->collective));
   });
 }
 
-void HangWatch::now(std::function<bool()> wanted, std::function<void(std::optional<Hang>)> done) {
+void HangWatch::now(std::function<bool()> wanted, std::function<void(std::optional<Hang>)> done, Records records) {
   if (reading_) {  // a reading for a report is under way: after it
     auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(200));
-    timer->async_wait([this, timer, wanted, done, alive = alive_](const boost::system::error_code& ec) {
-      if (!ec && *alive) now(wanted, done);
+    timer->async_wait([this, timer, wanted, done, records, alive = alive_](const boost::system::error_code& ec) {
+      if (!ec && *alive) now(wanted, done, records);
     });
     return;
   }
@@ -144,9 +273,9 @@ void HangWatch::now(std::function<bool()> wanted, std::function<void(std::option
   const auto from = HangClock::now();
   auto timer = std::make_shared<asio::steady_timer>(io_, kOnDemandWindow);
   timer->async_wait(
-      [this, timer, wanted, done, probes, before, from, alive = alive_](const boost::system::error_code& ec) {
+      [this, timer, wanted, done, probes, before, from, records, alive = alive_](const boost::system::error_code& ec) {
         if (ec || !*alive) return;
-        if (reading_) return now(wanted, done);
+        if (reading_) return now(wanted, done, records);
         if (!wanted()) return done(std::nullopt);  // every client that asked has gone: reading pauses the ranks
         const auto at = HangClock::now();
         const double span = std::chrono::duration<double>(at - from).count();
@@ -164,22 +293,28 @@ void HangWatch::now(std::function<bool()> wanted, std::function<void(std::option
           hang.quiet_s = i == 0 ? r.quiet_s : std::min(hang.quiet_s, r.quiet_s);
           hang.ranks.push_back(std::move(r));
         }
-        read_stacks(std::move(hang), false, [done](Hang read) {
-          find_suspect(read);  // fills what each rank is doing
-          done(std::move(read));
-        });
+        read_stacks(
+            std::move(hang), false,
+            [done](Hang read) {
+              find_suspect(read);  // fills what each rank is doing
+              done(std::move(read));
+            },
+            records);
       });
 }
 
 void HangWatch::job_wide(std::optional<JobWide> hooks) { job_wide_ = std::move(hooks); }
 
 void HangWatch::part(size_t budget, std::function<void(std::string)> done) {
+  // The records get less than half of it: quoted in the part's JSON, they grow by a fifth.
+  part_budget_ = budget * 2 / 5;
   now([] { return true; },
       [this, budget, done](std::optional<Hang> hang) {
         Hang h = hang.value_or(Hang{});
         if (!pending_cause_.empty()) h.cause = std::exchange(pending_cause_, "");
         done(hang_part(h, posix::host_name(), how(), budget));
-      });
+      },
+      Records::part);
 }
 
 std::pair<Hang, int> HangWatch::merged(const std::vector<std::string>& parts) const {
@@ -195,26 +330,82 @@ std::pair<Hang, int> HangWatch::merged(const std::vector<std::string>& parts) co
   return {merge_parts(hangs), unreadable};
 }
 
-std::optional<std::pair<int, std::string>> HangWatch::job_report(const std::vector<std::string>& parts,
-                                                                 const std::string& missing) {
-  auto [hang, unreadable] = merged(parts);
-  if (hang.ranks.empty()) {
+void HangWatch::judge_parts(Hang hang, std::function<void(Hang)> done) {
+  std::string lines;
+  std::vector<RecordAnswer> answers;
+  for (const auto& r : hang.ranks) {
+    if (!r.record.empty()) lines += r.record + "\n";
+    answers.push_back(
+        {r.rank, !r.record.empty(), r.record_error.empty() ? "its node sent no record" : r.record_error, "", ""});
+  }
+  const bool asked = std::any_of(hang.ranks.begin(), hang.ranks.end(),
+                                 [](const HungRank& r) { return !r.record.empty() || !r.record_error.empty(); });
+  if (!asked) return done(std::move(hang));  // no node asked its ranks
+  const auto folder = settings_.run_dir / ("attempt_" + std::to_string(attempt_)) / "fr_job";
+  std::error_code ec;
+  std::filesystem::remove_all(folder, ec);  // the records of this gathering only
+  std::filesystem::create_directories(folder, ec);
+  const auto file = (folder / "parts.jsonl").string();
+  std::string script = analyzer_;
+  if (auto why = config::write_file_atomically(file, lines); !why.empty()) {
+    spdlog::warn("no verdict from the flight recorder: {}", why);
+    script.clear();
+  }
+  if (judge_.joinable()) judge_.join();
+  judge_cancel_ = std::make_shared<EventFd>();
+  const std::string python = analyzer_python({}, recorder_ranks(probes_()), settings_.exec_path);
+  const ReadLimits limits{kStackTimeout, judge_cancel_->fd, settings_.cgroup_fd, settings_.cgroup_procs_fd};
+  judge_ = std::jthread([this, hang = std::move(hang), done = std::move(done), answers, file, script, python, limits,
+                         records = (folder / "records").string(), cancel = judge_cancel_, alive = alive_]() mutable {
+    CollectiveVerdict v;
+    if (std::none_of(answers.begin(), answers.end(), [](const auto& a) { return a.ok; })) {
+      v.error = "no rank's record";
+    } else if (script.empty()) {
+      v.error = "dtlaunch could not write its analyzer into the run's folder";
+    } else {
+      v = run_analyzer({python,
+                        script,
+                        {"import", file, records, std::string(kRecordPrefix)},
+                        kAnalyzerTimeout,
+                        limits.cancel_fd,
+                        limits.cgroup_fd,
+                        limits.cgroup_procs_fd});
+    }
+    v.folder = records;
+    for (const auto& a : answers) {
+      if (!a.ok) v.no_record[a.rank] = a.why;
+    }
+    hang.collective = std::move(v);
+    if (!*alive) return;
+    asio::post(io_, [hang = std::move(hang), done = std::move(done), alive]() mutable {
+      if (*alive) done(std::move(hang));
+    });
+  });
+}
+
+void HangWatch::job_report(const std::vector<std::string>& parts, const std::string& missing,
+                           std::function<void(Verdict)> done) {
+  auto [merged_hang, unreadable] = merged(parts);
+  if (merged_hang.ranks.empty()) {
     spdlog::warn("the job hangs, but no node sent its ranks' stacks{}",
                  missing.empty() ? "" : " (none from " + printable(missing, 400) + ")");
-    return std::nullopt;
+    return done(std::nullopt);
   }
-  const auto suspect = choose_suspect(hang);
-  const std::string host = posix::host_name();
-  std::string text = hang_report(hang, suspect, host, how(), settings_.hang_timeout_s);
-  if (!missing.empty()) text += "dtlaunch: no stacks came from " + printable(missing, 400) + "\n";
-  if (unreadable) text += "dtlaunch: " + std::to_string(unreadable) + " node(s) sent what is not a part\n";
-  print_(text);
-  write_report(hang_report_json(hang, suspect, host, how(), settings_.hang_timeout_s));
-  if (!settings_.on_hang_fail) return std::nullopt;
-  // The suspect fails the job; without one, the lowest rank stands for it.
-  const auto& r = hang.ranks[suspect.value_or(0)];
-  if (!suspect) spdlog::warn("no suspect: rank {}, the lowest, stands for the job's failure (--on_hang=fail)", r.rank);
-  return std::pair{r.rank, failure_message(hang, suspect ? &r : nullptr)};
+  judge_parts(std::move(merged_hang), [this, missing, unreadable, done](Hang hang) {
+    const auto suspect = choose_suspect(hang);
+    const std::string host = posix::host_name();
+    std::string text = hang_report(hang, suspect, host, how(), settings_.hang_timeout_s);
+    if (!missing.empty()) text += "dtlaunch: no stacks came from " + printable(missing, 400) + "\n";
+    if (unreadable) text += "dtlaunch: " + std::to_string(unreadable) + " node(s) sent what is not a part\n";
+    print_(text);
+    write_report(hang_report_json(hang, suspect, host, how(), settings_.hang_timeout_s));
+    if (!settings_.on_hang_fail) return done(std::nullopt);
+    // The suspect fails the job; without one, the lowest rank stands for it.
+    const auto& r = hang.ranks[suspect.value_or(0)];
+    if (!suspect)
+      spdlog::warn("no suspect: rank {}, the lowest, stands for the job's failure (--on_hang=fail)", r.rank);
+    done(std::pair{r.rank, failure_message(hang, suspect ? &r : nullptr)});
+  });
 }
 
 void HangWatch::verdict(int rank, const std::string& message) {
@@ -270,6 +461,8 @@ void HangWatch::start(int attempt) {
   attempt_ = attempt;
   ++generation_;
   watch_.reset();
+  straggler_.reset();
+  next_sample_ = HangClock::now() + kSampleEvery;
   watching_ = true;
   tick();
 }
@@ -279,6 +472,7 @@ void HangWatch::stop() {
   ++generation_;
   timer_.cancel();
   cancel_reading();  // a failure or a signal ends the job now, whatever a reader does
+  if (sample_cancel_) poke(sample_cancel_->fd);
 }
 
 void HangWatch::tick() {
@@ -292,6 +486,8 @@ void HangWatch::tick() {
       job_wide_->hang_seen();
     } else if (hang && !reading_) {
       read_stacks(std::move(*hang), true, [this, probes](Hang read) { report(std::move(read), probes); });
+    } else if (!hang && !reading_ && !sampling_ && HangClock::now() >= next_sample_) {
+      sample_arrivals(probes);
     }
     tick();
   });
@@ -308,12 +504,44 @@ std::vector<RankSample> HangWatch::samples(const std::vector<Probe>& probes) {
   return out;
 }
 
-void HangWatch::read_stacks(Hang hang, bool current, std::function<void(Hang)> done) {
+void HangWatch::sample_arrivals(const std::vector<Probe>& probes) {
+  const auto ranks = recorder_ranks(probes);
+  if (ranks.size() < 2) return;
+  sampling_ = true;
+  if (arrivals_.joinable()) arrivals_.join();
+  sample_cancel_ = std::make_shared<EventFd>();
+  arrivals_ = std::jthread([this, ranks, cancel = sample_cancel_, alive = alive_, generation = generation_] {
+    Arrivals arrivals;
+    for (const auto& [rank, json] : collect_times(ranks, {std::chrono::seconds(2), {}, cancel->fd})) {
+      if (auto a = parse_arrivals(json); !a.empty()) arrivals[rank] = std::move(a);
+    }
+    if (!*alive) return;
+    asio::post(io_, [this, arrivals = std::move(arrivals), alive, generation] {
+      if (!*alive) return;
+      sampling_ = false;
+      next_sample_ = HangClock::now() + kSampleEvery;
+      if (generation != generation_) return;
+      if (auto warning = straggler_.on_sample(StragglerState::Clock::now(), arrivals, posix::host_name())) {
+        spdlog::warn("{}", *warning);
+      }
+    });
+  });
+}
+
+void HangWatch::read_stacks(Hang hang, bool current, std::function<void(Hang)> done, Records records) {
   reading_ = true;
   if (reader_.joinable()) reader_.join();
   cancel_ = std::make_shared<EventFd>();
   std::map<pid_t, std::string> hook_files;
-  for (const auto& p : probes_()) {
+  const auto probes = probes_();
+  // The ranks' flight recorders are asked meanwhile: only the ranks read for this hang.
+  std::vector<RecorderRank> asked;
+  for (const auto& r : recorder_ranks(probes)) {
+    if (std::any_of(hang.ranks.begin(), hang.ranks.end(), [&](const HungRank& h) { return h.pid == r.pid; })) {
+      asked.push_back(r);
+    }
+  }
+  for (const auto& p : probes) {
     hook_files[p.pid] = p.stacks_file;
     for (auto& r : hang.ranks) {
       if (r.pid == p.pid) r.traceback = p.traceback;
@@ -321,7 +549,13 @@ void HangWatch::read_stacks(Hang hang, bool current, std::function<void(Hang)> d
   }
   const ReadLimits limits{kStackTimeout, cancel_->fd, settings_.cgroup_fd, settings_.cgroup_procs_fd};
   reader_ = std::jthread([this, hang = std::move(hang), done = std::move(done), alive = alive_, current,
-                          generation = generation_, tools = tools_, limits, hook_files, cancel = cancel_]() mutable {
+                          generation = generation_, tools = tools_, limits, hook_files, cancel = cancel_, asked,
+                          paths = recorder_, script = analyzer_, fallback = settings_.exec_path, records,
+                          budget = part_budget_]() mutable {
+    std::future<std::vector<RecordAnswer>> answers;
+    if (!asked.empty()) {
+      answers = std::async(std::launch::async, collect_records, asked, paths, AskLimits{.cancel_fd = limits.cancel_fd});
+    }
     std::vector<std::future<Stacks>> reads;
     for (const auto& r : hang.ranks) {
       if (r.state == 'T' || r.state == 't') {  // a stopped process answers no reader: eu-stack waits for ever
@@ -336,11 +570,19 @@ void HangWatch::read_stacks(Hang hang, bool current, std::function<void(Hang)> d
     for (size_t i = 0; i < reads.size(); ++i) {
       auto read = reads[i].get();
       auto& r = hang.ranks[i];
-      r.stack = std::move(read.stack);
+      r.stack = without_hook_thread(read.stack);
       r.native = std::move(read.native);
       r.stack_error = std::move(read.error);
       r.stack_by = std::move(read.by);
       r.read_pid = read.read_pid;
+    }
+    if (answers.valid()) {
+      const auto got = answers.get();
+      if (records == Records::part) {
+        export_records(hang, got, asked, script, paths.folder, fallback, limits, budget);
+      } else {
+        hang.collective = verdict_on(got, asked, script, paths.folder, fallback, limits);
+      }
     }
     if (!*alive) return;
     asio::post(io_, [this, hang = std::move(hang), done = std::move(done), alive, current, generation]() mutable {

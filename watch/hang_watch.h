@@ -4,7 +4,10 @@
 // Python, with native frames for CUDA ranks it cannot place; eu-stack for others) on a thread of its own, so
 // supervision goes on meanwhile, then prints the report, writes it as JSON into the run's log folder, and with
 // --on_hang=fail hands the suspect's failure back. It also answers `dtlaunch stacks` (watch/stacks_socket.h) with
-// every rank's stack now.
+// every rank's stack now. With each reading it asks every rank for torch's flight recorder
+// (watch/recorder_reader.h) and has torch's analyzer name the collective where the ranks part; while
+// the job runs it compares when the ranks arrive at the same collectives (the straggler watch,
+// watch/flight_recorder.h).
 #pragma once
 
 #include <sys/eventfd.h>
@@ -25,8 +28,10 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "base/env.h"
+#include "watch/flight_recorder.h"
 #include "watch/hang_state.h"
 #include "watch/rank_sampler.h"
+#include "watch/recorder_reader.h"
 #include "watch/stack_reader.h"
 #include "watch/stacks_socket.h"
 
@@ -66,11 +71,16 @@ class HangWatch {
   /// The job hangs by another's word (`cause`: torch's NCCL watchdog timed out a collective): the
   /// report now, once per attempt, and with --on_hang=fail the suspect's failure.
   void signal(std::string cause);
-  /// What a worker's environment gains where ptrace is not allowed here (a probe at start says):
-  /// PYTHONPATH led by the folder of dtlaunch's sitecustomize.py, which registers faulthandler on a
-  /// signal that dumps every thread into `stacks_file`. Empty elsewhere. `python_path`: the
-  /// worker's PYTHONPATH otherwise.
-  EnvPairs worker_variables(const std::string& stacks_file, const std::optional<std::string>& python_path) const;
+  /// What a worker's environment gains from the watch (none with --hang_timeout=0): the flight
+  /// recorder's variables (recorder_variables) and DTLAUNCH_FR_TRIGGER, a FIFO made here beside
+  /// `stacks_file` (in the rank's log folder), unless the user turned the recorder off; where ptrace
+  /// is not allowed or py-spy is missing (a probe at start says), DTLAUNCH_STACKS_SIGNAL and
+  /// DTLAUNCH_STACKS_FILE (`stacks_file`); and with either, PYTHONPATH led by the folder of
+  /// dtlaunch's sitecustomize.py, whose hooks take them. `given`: the worker's environment otherwise.
+  EnvPairs worker_variables(const std::string& stacks_file, const EnvLookup& given);
+  /// The slow rank on this node now, by the flight recorder's arrival times (nullopt: an even job,
+  /// or none seen yet), for a live view; a warning line says it at most every 5 minutes.
+  const std::optional<Straggler>& straggler() const { return straggler_.latest(); }
   /// A job over several nodes: its report and `dtlaunch stacks` cover every node, gathered by the
   /// node hosting the rendezvous (rendezvous/protocol.h's StacksWanted and HangVerdict).
   struct JobWide {
@@ -84,10 +94,12 @@ class HangWatch {
   void job_wide(std::optional<JobWide> hooks);
   /// This node's part of the job's stacks now, at most `budget` bytes: `done` gets it.
   void part(size_t budget, std::function<void(std::string)> done);
-  /// On the node hosting the rendezvous, every node's part of a hang: prints the job's report and
-  /// writes it; with --on_hang=fail, the rank that every node is to fail, and the failure's message.
-  std::optional<std::pair<int, std::string>> job_report(const std::vector<std::string>& parts,
-                                                        const std::string& missing);
+  /// On the node hosting the rendezvous, every node's part of a hang: prints the job's report (with
+  /// torch's analyzer's verdict on every node's flight recorder records, a few seconds later) and
+  /// writes it; then `done` gets, with --on_hang=fail, the rank that every node is to fail and the
+  /// failure's message.
+  using Verdict = std::optional<std::pair<int, std::string>>;
+  void job_report(const std::vector<std::string>& parts, const std::string& missing, std::function<void(Verdict)> done);
   /// The job's verdict: `rank` fails here, if it runs here (--on_hang=fail).
   void verdict(int rank, const std::string& message);
   /// Whether a report went into the log folder (which is then worth keeping).
@@ -100,13 +112,24 @@ class HangWatch {
  private:
   void tick();
   std::vector<RankSample> samples(const std::vector<Probe>& probes);
-  /// Reads every rank's stack into `hang` on the reader thread, then runs `done` on the event loop
-  /// (not after stop() or a new attempt, when `current` is set).
-  void read_stacks(Hang hang, bool current, std::function<void(Hang)> done);
+  /// What a reading does with the ranks' flight recorders besides: torch's analyzer's verdict into
+  /// hang.collective (one node's job), or each rank's record into its `record` (a node's part).
+  enum class Records { verdict, part };
+  /// Reads every rank's stack and flight recorder into `hang` on the reader thread, then runs `done`
+  /// on the event loop (not after stop() or a new attempt, when `current` is set).
+  void read_stacks(Hang hang, bool current, std::function<void(Hang)> done, Records records = Records::verdict);
+  /// Torch's analyzer on the records in the parts of `hang` (a job of several nodes), on a thread of
+  /// its own; then `done` on the event loop with hang.collective filled.
+  void judge_parts(Hang hang, std::function<void(Hang)> done);
+  /// The ranks to ask for their flight recorder: every probe's (its hook's files beside its stacks').
+  std::vector<RecorderRank> recorder_ranks(const std::vector<Probe>& probes) const;
+  /// The straggler watch: every rank's arrival times, now and then (tick), on a thread of its own.
+  void sample_arrivals(const std::vector<Probe>& probes);
   void report(Hang hang, const std::vector<Probe>& probes);
   /// Every rank's stack now, CPU over a short window, `doing` filled; nullopt when none runs, or
   /// when no one `wanted` it any more once the window was over (no stack is read then).
-  void now(std::function<bool()> wanted, std::function<void(std::optional<Hang>)> done);
+  void now(std::function<bool()> wanted, std::function<void(std::optional<Hang>)> done,
+           Records records = Records::verdict);
   /// Parts parsed and merged; how many could not be read.
   std::pair<Hang, int> merged(const std::vector<std::string>& parts) const;
   void write_report(const std::string& json);
@@ -131,6 +154,12 @@ class HangWatch {
   StackTools tools_;         ///< how stacks are read here, decided at start
   std::string site_dir_;     ///< the folder of dtlaunch's sitecustomize.py, with the hook
   std::string hook_notice_;  ///< the line that says so, for the workers' first start
+  std::string analyzer_;     ///< the analyzer script in the run's folder (watch/flight_recorder.h); "": none
+  RecorderPaths recorder_;   ///< where this attempt's flight recorder records are (off: not asked)
+  StragglerState straggler_;
+  bool sampling_ = false;   ///< the arrivals' thread is busy
+  size_t part_budget_ = 0;  ///< what a node's part may give its ranks' records
+  HangClock::time_point next_sample_;
   /// An eventfd the current reading's readers watch: written, they end at once.
   struct EventFd {
     EventFd() : fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
@@ -140,12 +169,16 @@ class HangWatch {
     int fd;
   };
   std::shared_ptr<EventFd> cancel_;
+  std::shared_ptr<EventFd> sample_cancel_;  ///< the arrivals' asking under way
+  std::shared_ptr<EventFd> judge_cancel_;   ///< the job's verdict under way
   std::optional<JobWide> job_wide_;
   std::string pending_cause_;  ///< a signalled hang's cause, for this node's next part
   std::shared_ptr<bool> alive_;
   RankSampler sampler_;
   StacksSocket socket_;  ///< `dtlaunch stacks`'s way in
   std::jthread reader_;
+  std::jthread arrivals_;  ///< the straggler watch's asking
+  std::jthread judge_;     ///< torch's analyzer on every node's records
 };
 
 /// The hang's cause from exception_dump's value: the global rank whose NCCL watchdog timed out, as

@@ -127,8 +127,32 @@ std::optional<size_t> choose_suspect(const Hang& hang) {
           first([&](const HungRank& r) { return r.busy && !waits_for_others(r) && (!r.stack.empty() || some_wait); })) {
     return i;
   }
-  if (!some_wait) return std::nullopt;
-  return first([](const HungRank& r) { return !waits_for_others(r) && !r.stack.empty(); });
+  if (some_wait) {
+    if (auto i = first([](const HungRank& r) { return !waits_for_others(r) && !r.stack.empty(); })) return i;
+  }
+  // Where the stacks name no rank (every rank waits in a collective: one calls broadcast, the others
+  // all_reduce), the flight recorder's verdict picks one.
+  if (auto rank = verdict_suspect(hang.collective)) return first([&](const HungRank& r) { return r.rank == *rank; });
+  return std::nullopt;
+}
+
+std::vector<std::string> without_hook_thread(const std::vector<std::string>& stack) {
+  // py-spy names the hook's function "_dtlaunch_flight_recorder.<locals>.serve", faulthandler "serve"
+  const auto hook = [](const std::string& frame) {
+    return frame.starts_with("_dtlaunch_flight_recorder.") ||
+           (frame.starts_with("serve (") && contains(frame, "sitecustomize.py:"));
+  };
+  std::vector<std::string> out;
+  for (size_t begin = 0; begin < stack.size();) {
+    size_t end = begin + 1;
+    while (end < stack.size() && !stack[end].starts_with("thread ")) ++end;
+    if (!std::any_of(stack.begin() + static_cast<long>(begin), stack.begin() + static_cast<long>(end), hook)) {
+      out.insert(out.end(), stack.begin() + static_cast<long>(begin), stack.begin() + static_cast<long>(end));
+    }
+    begin = end;
+  }
+  while (!out.empty() && out.back().empty()) out.pop_back();  // the blank line that led to a dropped thread
+  return out;
 }
 
 std::optional<std::vector<std::string>> parse_py_spy(const std::string& json) {

@@ -24,10 +24,15 @@ std::optional<size_t> find_suspect(Hang& hang);
 /// The suspect over ranks whose `doing` is filled (other nodes' parts too): a rank alive after its
 /// traceback; else one stopped; else one running outside any wait; else, where some rank is seen
 /// waiting for the others, one whose stack places it outside any wait. Never a rank that waits in a
-/// collective, the store or for the GPU; nullopt when no rank is known to be off.
+/// collective, the store or for the GPU, but where the stacks name none, the rank the flight
+/// recorder's verdict picks (hang.collective); nullopt when no rank is known to be off.
 std::optional<size_t> choose_suspect(const Hang& hang);
 /// Whether the rank waits for the others: in a collective, in the store, or for the GPU.
 bool waits_for_others(const HungRank& r);
+
+/// The stack without the thread of dtlaunch's flight recorder hook (watch/flight_recorder.h), which
+/// every hooked Python rank has and which says nothing of the rank.
+std::vector<std::string> without_hook_thread(const std::vector<std::string>& stack);
 
 /// py-spy's `dump --json` output as stacks: "thread NAME", then its frames, "name (file:line)",
 /// innermost first, threads apart by an empty line. nullopt when it is not py-spy's JSON.

@@ -47,9 +47,17 @@ def goldens():
             yield json.load(f)
 
 
+# What dtlaunch's hang watch adds to every worker, beside torchrun's contract: torch's flight recorder
+# on, with its dumps in the run's log folder. A value the user set is kept as it is. (dtlaunch's
+# folder first on PYTHONPATH, for its hook, is taken out again by the hook: the worker sees the user's.)
+HANG_WATCH = {"TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"}
+
+
 def normalized(env, base, cwd, tmp):
     out = {}
     for k, v in env.items():
+        if k in HANG_WATCH and k not in base:
+            continue
         if base.get(k) == v:
             continue
         if k == "MASTER_PORT":

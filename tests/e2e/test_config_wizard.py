@@ -201,10 +201,11 @@ class Wizard(LaunchTest):
         self.assertIn("\n- GPUs (fake): 2\n  - 0: fake GPU, GPU-fake", r.stdout)
         self.assertRegex(r.stdout, r"\n- NCCL: ")
         self.assertRegex(r.stdout, r"\n- Python: \d+\.\d+")
-        # how a hang's stacks are read, and what that adds to the workers' PYTHONPATH
+        # how a hang's stacks are read, and what the flight recorder adds to the workers' environment
         self.assertRegex(r.stdout, r"\n- Hang stacks: py-spy (/\S+/py-spy|not installed \(Python ranks' stacks come "
-                                   r"from faulthandler: the workers' PYTHONPATH is then led by dtlaunch's "
-                                   r"sitecustomize\.py\)); eu-stack ")
+                                   r"from faulthandler, registered by dtlaunch's sitecustomize\.py\)); eu-stack ")
+        self.assertRegex(r.stdout, r"\n- Flight recorder: with --hang_timeout above 0, the workers' PYTHONPATH is led "
+                                   r"by dtlaunch's sitecustomize\.py")
         self.assertIn(f"# config file: {self.path} (dtlaunch's format)\n", r.stdout)
         self.assertIn("\nfake_gpus: 2 ", r.stdout)
 
