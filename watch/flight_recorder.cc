@@ -454,7 +454,9 @@ CollectiveVerdict parse_verdict(const std::string& json) {
 }
 
 std::optional<int> verdict_suspect(const CollectiveVerdict& v) {
-  if (v.seq < 0) return std::nullopt;
+  // A state that differs says which ranks got further, not which one is wrong: those that did not
+  // may be the ones waiting for the others.
+  if (v.seq < 0 || v.kind == "COLLECTIVE_STATE_MISMATCH") return std::nullopt;
   if (!v.culprits.empty()) return *std::min_element(v.culprits.begin(), v.culprits.end());
   if (!v.missing.empty()) return *std::min_element(v.missing.begin(), v.missing.end());
   return std::nullopt;

@@ -184,6 +184,8 @@ EnvPairs HangWatch::worker_variables(const std::string& stacks_file, const EnvLo
     const auto trigger = recorder_files(rank_dir).trigger;
     std::error_code ec;
     std::filesystem::create_directories(rank_dir, ec);
+    // torch's own dump on an NCCL timeout goes to TORCH_FR_DUMP_TEMP_FILE, and torch makes no folder
+    std::filesystem::create_directories(paths.folder, ec);
     std::filesystem::remove(trigger, ec);
     if (::mkfifo(trigger.c_str(), 0600) == 0) {
       out.emplace_back("DTLAUNCH_FR_TRIGGER", trigger);

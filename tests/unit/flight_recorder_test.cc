@@ -107,6 +107,16 @@ TEST_CASE("flight recorder: a rank that never entered the collective is named so
   CHECK(verdict_reason(v, 1) == "never entered collective #4 of process group default_pg (flight recorder)");
 }
 
+TEST_CASE("flight recorder: a state mismatch names no suspect: the ranks behind may be the ones waiting") {
+  const auto v = parse_verdict(
+      R"({"ranks": [0, 1, 2], "collectives": 4, "problems": 1, "compared_with": 0, "pg": "0", "pg_desc": "default_pg",
+          "seq": 4, "kind": "COLLECTIVE_STATE_MISMATCH", "expected": [0, 1, 2], "missing": [], "culprits": [1, 2],
+          "entered": {"0": {"seq": 4, "op": "all_reduce", "sizes": "[[4]]", "dtypes": "Float"}}})");
+  REQUIRE(v.error.empty());
+  CHECK_FALSE(verdict_suspect(v));
+  CHECK(verdict_reason(v, 1).empty());
+}
+
 TEST_CASE("flight recorder: the hook's thread is left out of a rank's stack") {
   const std::vector<std::string> stack{"thread MainThread (1)",
                                        "all_reduce (torch/distributed/distributed_c10d.py:2950)", "",
