@@ -44,27 +44,18 @@ void poke(int fd) {
   (void)ignored;
 }
 
-/// Torch's analyzer's verdict on the records `answers` left in `folder`.
-CollectiveVerdict verdict_on(const std::vector<RecordAnswer>& answers, const std::vector<RecorderRank>& asked,
-                             const std::string& script, const std::string& folder, const std::string& fallback,
-                             const ReadLimits& limits) {
+/// Torch's analyzer run by `python` as `script args...` on the records in `folder`, with the ranks
+/// that left none named; no run where no rank answered or the script could not be written.
+CollectiveVerdict judge_records(const std::vector<RecordAnswer>& answers, const std::string& python,
+                                const std::string& script, std::vector<std::string> args, const std::string& folder,
+                                const ReadLimits& limits) {
   CollectiveVerdict v;
-  const bool any = std::any_of(answers.begin(), answers.end(), [](const auto& a) { return a.ok; });
-  // native ranks without NCCL's pipe (dtl-train on Gloo): nothing to say about records
-  if (!any && std::all_of(answers.begin(), answers.end(), [](const auto& a) { return a.why == kNotAsked; })) {
-    return v;
-  }
-  if (!any) {
+  if (std::none_of(answers.begin(), answers.end(), [](const auto& a) { return a.ok; })) {
     v.error = "no rank's record";
   } else if (script.empty()) {
     v.error = "dtlaunch could not write its analyzer into the run's folder";
   } else {
-    v = run_analyzer({analyzer_python(answers, asked, fallback),
-                      script,
-                      {"verdict", folder, std::string(kRecordPrefix)},
-                      kAnalyzerTimeout,
-                      limits.cancel_fd,
-                      limits.cgroup_fd,
+    v = run_analyzer({python, script, std::move(args), kAnalyzerTimeout, limits.cancel_fd, limits.cgroup_fd,
                       limits.cgroup_procs_fd});
   }
   v.folder = folder;
@@ -72,6 +63,18 @@ CollectiveVerdict verdict_on(const std::vector<RecordAnswer>& answers, const std
     if (!a.ok) v.no_record[a.rank] = a.why;
   }
   return v;
+}
+
+/// Torch's analyzer's verdict on the records `answers` left in `folder`.
+CollectiveVerdict verdict_on(const std::vector<RecordAnswer>& answers, const std::vector<RecorderRank>& asked,
+                             const std::string& script, const std::string& folder, const std::string& fallback,
+                             const ReadLimits& limits) {
+  // native ranks without NCCL's pipe (dtl-train on Gloo): nothing to say about records
+  if (std::all_of(answers.begin(), answers.end(), [](const auto& a) { return !a.ok && a.why == kNotAsked; })) {
+    return {};
+  }
+  return judge_records(answers, analyzer_python(answers, asked, fallback), script,
+                       {"verdict", folder, std::string(kRecordPrefix)}, folder, limits);
 }
 
 /// Each rank's record, its last entries as JSON, into its `record` for a node's part.
@@ -359,25 +362,8 @@ void HangWatch::judge_parts(Hang hang, std::function<void(Hang)> done) {
   const ReadLimits limits{kStackTimeout, judge_cancel_->fd, settings_.cgroup_fd, settings_.cgroup_procs_fd};
   judge_ = std::jthread([this, hang = std::move(hang), done = std::move(done), answers, file, script, python, limits,
                          records = (folder / "records").string(), cancel = judge_cancel_, alive = alive_]() mutable {
-    CollectiveVerdict v;
-    if (std::none_of(answers.begin(), answers.end(), [](const auto& a) { return a.ok; })) {
-      v.error = "no rank's record";
-    } else if (script.empty()) {
-      v.error = "dtlaunch could not write its analyzer into the run's folder";
-    } else {
-      v = run_analyzer({python,
-                        script,
-                        {"import", file, records, std::string(kRecordPrefix)},
-                        kAnalyzerTimeout,
-                        limits.cancel_fd,
-                        limits.cgroup_fd,
-                        limits.cgroup_procs_fd});
-    }
-    v.folder = records;
-    for (const auto& a : answers) {
-      if (!a.ok) v.no_record[a.rank] = a.why;
-    }
-    hang.collective = std::move(v);
+    hang.collective =
+        judge_records(answers, python, script, {"import", file, records, std::string(kRecordPrefix)}, records, limits);
     if (!*alive) return;
     asio::post(io_, [hang = std::move(hang), done = std::move(done), alive]() mutable {
       if (*alive) done(std::move(hang));
