@@ -75,15 +75,16 @@ def _dtlaunch_flight_recorder():
                     request = f.read(65536).decode(errors="replace").split("\n")
             except OSError:
                 return
-            if len(request) < 3:
+            if len(request) < 4:
                 continue
-            kind, out, status = request[:3]
+            kind, out, status, request_id = request[:4]
             try:
                 raw = record()
                 write(out, times(raw) if kind == "times" else raw)
-                answer = f"ok\t{sys.executable}\n"
+                answer = f"{request_id}\tok\t{sys.executable}\n"
             except Exception as e:  # the rank goes on without a record, and dtlaunch says why
-                answer = f"no\t{e}\n"
+                why = " ".join(str(e).split())
+                answer = f"{request_id}\tno\t{why}\n"
             try:
                 write(status, answer.encode())
             except OSError:
@@ -104,6 +105,7 @@ constexpr const char* kAnalyzer =
 #   verdict DIR PREFIX          the first collective where the ranks part, as one JSON object
 #   export DIR PREFIX BUDGET    each record's last entries, JSON lines of at most BUDGET bytes in all
 #   import FILE DIR PREFIX      such lines as records DIR/PREFIX<rank>, then their verdict
+#   progress DIR PREFIX NOW_NS  each record's oldest collective not completed, and how long ago it was called
 import json
 import logging
 import os
@@ -281,6 +283,26 @@ def import_parts(path, folder, prefix):
                 save(os.path.join(folder, f"{prefix}{int(d.pop('rank'))}"), d)
 
 
+def progress(folder, prefix, now_ns):
+    """Each rank's oldest collective not completed (NCCL's state 'completed', or retired: Gloo's state
+    stays 'scheduled'), with its age at `now_ns` by the same wall clock as its time_created_ns."""
+    out = {}
+    for rank, path in sorted(records(folder, prefix).items()):
+        try:
+            entries = load(path)["entries"]
+        except Exception as e:  # the other ranks' records still count
+            print(f"rank {rank}'s record {path}: {e}", file=sys.stderr)
+            continue
+        for e in entries:
+            if e.get("is_p2p") or e.get("retired") or e.get("state") == "completed":
+                continue
+            gloo = e["profiling_name"].startswith("gloo:")  # whose state stays 'scheduled' while it runs
+            out[str(rank)] = dict(describe(e), pg=e["process_group"][0], state="" if gloo else e.get("state") or "",
+                                  age_s=max(0, now_ns - e["time_created_ns"]) / 1e9)
+            break
+    return out
+
+
 def main(argv):
     try:
         if argv[0] == "verdict":
@@ -291,6 +313,8 @@ def main(argv):
         elif argv[0] == "export":
             print(export(argv[1], argv[2], int(argv[3])))
             return
+        elif argv[0] == "progress":
+            out = progress(argv[1], argv[2], int(argv[3]))
         else:
             out = {"error": f"unknown command {argv[0]}"}
     except ImportError as e:
@@ -323,13 +347,14 @@ std::pair<EnvPairs, RecorderPaths> recorder_variables(const EnvLookup& given,
   const auto size = either("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE");
   if (size && text::to_long(text::trim(*size)) == 0L) return {{}, paths};
   paths.on = true;
-  paths.folder = (attempt_dir / "fr").string();
+  paths.folder = (attempt_dir / "fr_read").string();
   EnvPairs vars;
   if (!size) vars.emplace_back("TORCH_FR_BUFFER_SIZE", "2000");
   if (auto prefix = either("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")) {
     paths.dump_prefix = *prefix;
   } else {
-    paths.dump_prefix = paths.folder + "/" + std::string(kRecordPrefix);
+    paths.dumps = (attempt_dir / "fr").string();
+    paths.dump_prefix = paths.dumps + "/" + std::string(kRecordPrefix);
     vars.emplace_back("TORCH_FR_DUMP_TEMP_FILE", paths.dump_prefix);
   }
   if (auto pipe = given("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")) {
@@ -389,7 +414,7 @@ std::string kind_text(const std::string& kind) {
   if (kind == "COLLECTIVE_DTYPE_MISMATCH") return "not the same dtypes";
   if (kind == "COLLECTIVE_STATE_MISMATCH") return "not in the same state";
   if (kind == "MISSING_RANKS") return "not every rank entered it";
-  return kind;
+  return printable(kind, 80);
 }
 
 std::string json_collective(const RecordedCollective& c) {
@@ -546,6 +571,32 @@ std::vector<Arrival> parse_arrivals(const std::string& json) {
     return {};
   }
   return out;
+}
+
+std::optional<Stall> find_stall(const std::string& json, double timeout_s) {
+  std::optional<Stall> oldest;
+  try {
+    const YAML::Node root = YAML::Load(json);
+    if (!root.IsMap()) return std::nullopt;
+    for (const auto& entry : root) {
+      const auto rank = text::to_long(entry.first.as<std::string>());
+      const auto& e = entry.second;
+      if (!rank || !e.IsMap()) continue;
+      Stall s{static_cast<int>(*rank), e["pg"].as<std::string>(""), recorded(e), e["state"].as<std::string>(""),
+              e["age_s"].as<double>(0)};
+      if (s.age_s >= timeout_s && (!oldest || s.age_s > oldest->age_s)) oldest = std::move(s);
+    }
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+  return oldest;
+}
+
+std::string stall_cause(const Stall& s) {
+  return fmt::format(
+      "rank {}'s {} #{} of process group {} has not completed in {:.0f} s ({}), while every rank is busy", s.rank,
+      printable(s.collective.op, 80), s.collective.seq, printable(s.pg, 80), s.age_s,
+      s.state.empty() ? std::string("flight recorder") : "flight recorder: " + printable(s.state, 40));
 }
 
 std::optional<Straggler> find_straggler(const Arrivals& arrivals, const StragglerRule& rule) {

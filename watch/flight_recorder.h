@@ -23,7 +23,7 @@ namespace dtl::watch {
 /// Where a rank's hook is asked and answers, in the rank's log folder (attempt_<N>/<local_rank>/).
 struct RecorderFiles {
   std::string trigger;  ///< a FIFO the hook's thread waits on (DTLAUNCH_FR_TRIGGER)
-  std::string status;   ///< its answer to a request: "ok\t<its python>" or "no\t<why>"
+  std::string status;   ///< its answer to a request: "<request id>\tok\t<its python>" or "<id>\tno\t<why>"
   std::string times;    ///< its collectives' arrival times (JSON), for the straggler watch
 };
 RecorderFiles recorder_files(const std::filesystem::path& rank_dir);
@@ -31,7 +31,8 @@ RecorderFiles recorder_files(const std::filesystem::path& rank_dir);
 /// Where an attempt's records are, as the workers' variables leave them.
 struct RecorderPaths {
   bool on = false;          ///< false: the user turned FR off (TORCH_FR_BUFFER_SIZE=0), or no watch
-  std::string folder;       ///< dtlaunch's folder of every rank's record, `rank_<R>`: what the analyzer reads
+  std::string folder;       ///< a reading's records, `rank_<R>`, made anew for each: what the analyzer reads
+  std::string dumps;        ///< torch's own dumps' folder where dtlaunch chose it (`<attempt>/fr`); "": the user's
   std::string dump_prefix;  ///< TORCH_FR_DUMP_TEMP_FILE in effect: torch's own dumps are `<it><rank>`
   std::string nccl_pipe;    ///< TORCH_NCCL_DEBUG_INFO_PIPE_FILE in effect: a rank's pipe is `<it><rank>.pipe`
 };
@@ -44,13 +45,15 @@ inline constexpr std::string_view kRecordPrefix = "rank_";
 /// TORCH_FR_BUFFER_SIZE (2000, torch 2.15's own default, for a torch whose default is 0),
 /// TORCH_FR_DUMP_TEMP_FILE (`<attempt_dir>/fr/rank_`) and TORCH_NCCL_DEBUG_INFO_PIPE_FILE
 /// (`<attempt_dir>/nccl_pipe_`) is set only where neither it nor its older name is; none is set
-/// where the user turned FR off. Only the current names: torch 2.15 warns about the older ones.
+/// where the user turned FR off. Only the current names: torch 2.15 warns about the older ones. A
+/// reading's records go to `<attempt_dir>/fr_read`.
 std::pair<EnvPairs, RecorderPaths> recorder_variables(const EnvLookup& given, const std::filesystem::path& attempt_dir);
 
 /// The part of the workers' sitecustomize.py that starts the hook's thread: it takes
 /// DTLAUNCH_FR_TRIGGER out of the environment (a rank's Python children do not inherit it), and for
-/// each request on that FIFO ("dump" or "times", the file to write, the status file) dumps the
-/// flight recorder of the rank's default group's backend without stacks, and writes the answer.
+/// each request on that FIFO ("dump" or "times", the file to write, the status file, the request's
+/// id) dumps the flight recorder of the rank's default group's backend without stacks, and writes
+/// the answer.
 std::string_view recorder_hook();
 
 /// The analyzer dtlaunch writes into the run's folder and runs with the workers' Python:
@@ -100,6 +103,20 @@ std::string verdict_json(const CollectiveVerdict& v);
 std::optional<int> verdict_suspect(const CollectiveVerdict& v);
 /// Why the verdict picks `rank`, for the report's suspect line; "" when it does not.
 std::string verdict_reason(const CollectiveVerdict& v, int rank);
+
+/// A collective that has not completed: the oldest of the ranks', by the analyzer's `progress`.
+struct Stall {
+  int rank = 0;
+  std::string pg;
+  RecordedCollective collective;
+  std::string state;  ///< its state in the record ("started", "scheduled")
+  double age_s = 0;   ///< since the rank called it
+};
+/// The analyzer's `progress` JSON: the oldest collective not completed `timeout_s` or more after
+/// its rank called it; nullopt when there is none, or the JSON is not that.
+std::optional<Stall> find_stall(const std::string& json, double timeout_s);
+/// The hang's cause it gives.
+std::string stall_cause(const Stall& s);
 
 // The straggler watch.
 // A slow rank while the job runs. In synchronous training every collective waits for the last rank,

@@ -26,6 +26,7 @@ void HangState::reset() {
   seen_.clear();
   reported_at_.reset();
   signalled_ = false;
+  quietly_busy_ = false;
 }
 
 HangClock::time_point HangState::record(HangClock::time_point now, const std::vector<RankSample>& ranks) {
@@ -68,6 +69,7 @@ Hang HangState::snapshot(HangClock::time_point now, HangClock::time_point last, 
 }
 
 std::optional<Hang> HangState::on_sample(HangClock::time_point now, const std::vector<RankSample>& ranks) {
+  quietly_busy_ = false;
   if (ranks.empty()) return std::nullopt;
   const auto last = record(now, ranks);
   if (reported_at_ && last > *reported_at_) reported_at_.reset();  // a rank printed: that hang is over
@@ -78,7 +80,8 @@ std::optional<Hang> HangState::on_sample(HangClock::time_point now, const std::v
   }
   Hang hang = snapshot(now, last, ranks);
   if (std::all_of(hang.ranks.begin(), hang.ranks.end(), [](const HungRank& r) { return r.busy; })) {
-    reported_at_.reset();  // computing quietly: progress, not a hang
+    reported_at_.reset();  // computing quietly: progress, not a hang, unless the flight recorder says otherwise
+    quietly_busy_ = true;
     return std::nullopt;
   }
   if (reported_at_) return std::nullopt;

@@ -72,6 +72,9 @@ class HangState {
   /// Every running rank at `now`. Returns the hang when the job has just become hung: once per
   /// hang, until a rank prints again or every rank is busy.
   std::optional<Hang> on_sample(HangClock::time_point now, const std::vector<RankSample>& ranks);
+  /// Whether the last sample found every rank busy and none printing for the timeout: NCCL's ranks
+  /// spin while they wait, so the flight recorder's progress is to tell (watch/hang_watch.h).
+  bool quietly_busy() const { return quietly_busy_; }
   /// Something outside the samples says the job hangs (`cause`): the hang at once, with the CPU use
   /// seen so far, once per attempt. The silence rule then stays quiet for the attempt: the ranks'
   /// own reports of the timeout are output, not progress.
@@ -93,6 +96,7 @@ class HangState {
   std::map<pid_t, Seen> seen_;
   std::optional<HangClock::time_point> reported_at_;  ///< the last output when the hang was reported
   bool signalled_ = false;                            ///< on_signal reported this attempt's hang
+  bool quietly_busy_ = false;                         ///< the last sample: every rank busy, none printing
 };
 
 }  // namespace dtl::watch

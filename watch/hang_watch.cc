@@ -36,6 +36,11 @@ constexpr auto kStackTimeout = std::chrono::seconds(10);
 constexpr auto kOnDemandWindow = std::chrono::milliseconds(250);  ///< `dtlaunch stacks`'s CPU window
 constexpr auto kAnalyzerTimeout = std::chrono::seconds(60);       ///< torch's analyzer, importing torch first
 constexpr auto kSampleEvery = std::chrono::seconds(10);           ///< the straggler watch's arrival times
+/// How often the records' progress is read while every rank is busy and quiet: a tenth of the
+/// timeout, from 2 s to 30 s, so that a job computing quietly pays little for it.
+std::chrono::milliseconds progress_every(double hang_timeout_s) {
+  return std::chrono::milliseconds(static_cast<long>(1000 * std::clamp(hang_timeout_s / 10, 2.0, 30.0)));
+}
 
 /// Writes to an eventfd: whatever watches it stops.
 void poke(int fd) {
@@ -151,8 +156,7 @@ HangWatch::HangWatch(asio::io_context& io, WatchSettings settings, std::function
   std::filesystem::create_directories(dir, ec);
   const std::string why_hook = !tools_.no_ptrace.empty() ? "ptrace is not allowed here (" + tools_.no_ptrace + ")"
                                                          : "py-spy is not installed (pip install py-spy)";
-  if (auto why = config::write_file_atomically((dir / "sitecustomize.py").string(),
-                                               std::string(site_customize()) + std::string(recorder_hook()));
+  if (auto why = config::write_file_atomically((dir / "sitecustomize.py").string(), site_customize(recorder_hook()));
       !why.empty()) {
     spdlog::warn("no flight recorder's record of Python ranks{}: {}",
                  faulthandler ? ", and no Python stacks of hung ranks: " + why_hook : std::string(), why);
@@ -188,7 +192,7 @@ EnvPairs HangWatch::worker_variables(const std::string& stacks_file, const EnvLo
     std::error_code ec;
     std::filesystem::create_directories(rank_dir, ec);
     // torch's own dump on an NCCL timeout goes to TORCH_FR_DUMP_TEMP_FILE, and torch makes no folder
-    std::filesystem::create_directories(paths.folder, ec);
+    if (!paths.dumps.empty()) std::filesystem::create_directories(paths.dumps, ec);
     std::filesystem::remove(trigger, ec);
     if (::mkfifo(trigger.c_str(), 0600) == 0) {
       out.emplace_back("DTLAUNCH_FR_TRIGGER", trigger);
@@ -244,7 +248,7 @@ void HangWatch::answer(const StacksSocket::Ask& ask) {
         [this, reply = ask.reply](const std::vector<std::string>& parts, const std::string& missing) {
           auto [merged_hang, unreadable] = merged(parts);
           const size_t nodes = parts.size() - unreadable;  // two nodes may go by one host name
-          judge_parts(std::move(merged_hang), [this, reply, missing, unreadable, nodes](Hang hang) {
+          judge_parts(std::move(merged_hang), false, [this, reply, missing, unreadable, nodes](Hang hang) {
             std::string text = "dtlaunch: the stacks of " + std::to_string(hang.ranks.size()) + " ranks on " +
                                std::to_string(nodes) + (nodes == 1 ? " node" : " nodes") + ":\n" +
                                stacks_text(hang, posix::host_name(), how()) + verdict_text(hang.collective);
@@ -335,10 +339,24 @@ std::pair<Hang, int> HangWatch::merged(const std::vector<std::string>& parts) co
   return {merge_parts(hangs), unreadable};
 }
 
-void HangWatch::judge_parts(Hang hang, std::function<void(Hang)> done) {
+void HangWatch::judge_parts(Hang hang, bool current, std::function<void(Hang)> done) {
+  if (judging_) {  // the analyzer runs on another gathering's records: after it
+    auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(200));
+    timer->async_wait([this, timer, hang = std::move(hang), current, done = std::move(done),
+                       alive = alive_](const boost::system::error_code& ec) mutable {
+      if (!ec && *alive) judge_parts(std::move(hang), current, std::move(done));
+    });
+    return;
+  }
   std::string lines;
   std::vector<RecordAnswer> answers;
-  for (const auto& r : hang.ranks) {
+  for (auto& r : hang.ranks) {
+    // a node's word: one line, the record of the rank it is sent for (the export writes the rank first)
+    if (!r.record.empty() && (r.record.find('\n') != std::string::npos ||
+                              !r.record.starts_with("{\"rank\":" + std::to_string(r.rank) + ","))) {
+      r.record.clear();
+      r.record_error = "its node sent a record that is not this rank's";
+    }
     if (!r.record.empty()) lines += r.record + "\n";
     answers.push_back(
         {r.rank, !r.record.empty(), r.record_error.empty() ? "its node sent no record" : r.record_error, "", ""});
@@ -356,17 +374,21 @@ void HangWatch::judge_parts(Hang hang, std::function<void(Hang)> done) {
     spdlog::warn("no verdict from the flight recorder: {}", why);
     script.clear();
   }
-  if (judge_.joinable()) judge_.join();
+  judging_ = true;
+  if (judge_.joinable()) judge_.join();  // it has ended: its handler ran
   judge_cancel_ = std::make_shared<EventFd>();
   const std::string python = analyzer_python({}, recorder_ranks(probes_()), settings_.exec_path);
   const ReadLimits limits{kStackTimeout, judge_cancel_->fd, settings_.cgroup_fd, settings_.cgroup_procs_fd};
   judge_ = std::jthread([this, hang = std::move(hang), done = std::move(done), answers, file, script, python, limits,
-                         records = (folder / "records").string(), cancel = judge_cancel_, alive = alive_]() mutable {
+                         records = (folder / "records").string(), cancel = judge_cancel_, alive = alive_, current,
+                         generation = generation_]() mutable {
     hang.collective =
         judge_records(answers, python, script, {"import", file, records, std::string(kRecordPrefix)}, records, limits);
     if (!*alive) return;
-    asio::post(io_, [hang = std::move(hang), done = std::move(done), alive]() mutable {
-      if (*alive) done(std::move(hang));
+    asio::post(io_, [this, hang = std::move(hang), done = std::move(done), alive, current, generation]() mutable {
+      if (!*alive) return;
+      judging_ = false;
+      if (!current || generation == generation_) done(std::move(hang));
     });
   });
 }
@@ -379,7 +401,8 @@ void HangWatch::job_report(const std::vector<std::string>& parts, const std::str
                  missing.empty() ? "" : " (none from " + printable(missing, 400) + ")");
     return done(std::nullopt);
   }
-  judge_parts(std::move(merged_hang), [this, missing, unreadable, done](Hang hang) {
+  judge_parts(std::move(merged_hang), true, [this, missing, unreadable, done](Hang hang) {
+    keep_records(hang.collective);
     const auto suspect = choose_suspect(hang);
     const std::string host = posix::host_name();
     std::string text = hang_report(hang, suspect, host, how(), settings_.hang_timeout_s);
@@ -426,7 +449,7 @@ std::string HangWatch::failure_message(const Hang& hang, const HungRank* suspect
 
 void HangWatch::signal(std::string cause) {
   if (!watching_) return;
-  if (reading_) {  // a reading for the silence's report is under way: after it
+  if (reading_ || sampling_) {  // a reading for the silence's report, or the ranks' asking, is under way: after it
     auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(200));
     timer->async_wait([this, timer, cause, alive = alive_](const boost::system::error_code& ec) {
       if (!ec && *alive) signal(cause);
@@ -449,8 +472,10 @@ void HangWatch::start(int attempt) {
   attempt_ = attempt;
   ++generation_;
   watch_.reset();
+  pending_.reset();
   straggler_.reset();
   next_sample_ = HangClock::now() + kSampleEvery;
+  next_progress_ = HangClock::now();
   watching_ = true;
   tick();
 }
@@ -461,6 +486,8 @@ void HangWatch::stop() {
   timer_.cancel();
   cancel_reading();  // a failure or a signal ends the job now, whatever a reader does
   if (sample_cancel_) poke(sample_cancel_->fd);
+  if (judge_cancel_) poke(judge_cancel_->fd);
+  pending_.reset();
 }
 
 void HangWatch::tick() {
@@ -472,9 +499,16 @@ void HangWatch::tick() {
       spdlog::info("no rank here printed for {:.0f} s: the job's report comes from the node hosting the rendezvous",
                    hang->quiet_s);
       job_wide_->hang_seen();
-    } else if (hang && !reading_) {
-      read_stacks(std::move(*hang), true, [this, probes](Hang read) { report(std::move(read), probes); });
-    } else if (!hang && !reading_ && !sampling_ && HangClock::now() >= next_sample_) {
+    } else if (hang) {
+      pending_ = std::move(*hang);  // read now, or once `dtlaunch stacks`'s reading is over
+    }
+    const auto now = HangClock::now();
+    if (pending_ && !reading_ && !sampling_) {
+      read_stacks(*std::exchange(pending_, std::nullopt), true,
+                  [this, probes](Hang read) { report(std::move(read), probes); });
+    } else if (!pending_ && !reading_ && !sampling_ && watch_.quietly_busy() && now >= next_progress_) {
+      check_progress(probes);
+    } else if (!pending_ && !reading_ && !sampling_ && !watch_.quietly_busy() && now >= next_sample_) {
       sample_arrivals(probes);
     }
     tick();
@@ -504,14 +538,57 @@ void HangWatch::sample_arrivals(const std::vector<Probe>& probes) {
       if (auto a = parse_arrivals(json); !a.empty()) arrivals[rank] = std::move(a);
     }
     if (!*alive) return;
-    asio::post(io_, [this, arrivals = std::move(arrivals), alive, generation] {
+    asio::post(io_, [this, arrivals = std::move(arrivals), alive, generation, asked = ranks.size()] {
       if (!*alive) return;
       sampling_ = false;
       next_sample_ = HangClock::now() + kSampleEvery;
-      if (generation != generation_) return;
+      // a rank that did not answer may be the slow one (busy, holding its GIL): no verdict on the others alone
+      if (generation != generation_ || arrivals.size() < asked) return;
       if (auto warning = straggler_.on_sample(StragglerState::Clock::now(), arrivals, posix::host_name())) {
         spdlog::warn("{}", *warning);
       }
+    });
+  });
+}
+
+void HangWatch::check_progress(const std::vector<Probe>& probes) {
+  const auto ranks = recorder_ranks(probes);
+  if (ranks.empty() || analyzer_.empty()) return;
+  sampling_ = true;
+  if (arrivals_.joinable()) arrivals_.join();
+  sample_cancel_ = std::make_shared<EventFd>();
+  // a folder of its own: a `dtlaunch stacks` reading may make fr_read anew meanwhile
+  RecorderPaths paths = recorder_;
+  paths.folder = (std::filesystem::path(paths.folder).parent_path() / "fr_progress").string();
+  const ReadLimits limits{kStackTimeout, sample_cancel_->fd, settings_.cgroup_fd, settings_.cgroup_procs_fd};
+  arrivals_ = std::jthread([this, ranks, paths, limits, script = analyzer_, fallback = settings_.exec_path,
+                            timeout_s = settings_.hang_timeout_s, cancel = sample_cancel_, alive = alive_,
+                            generation = generation_] {
+    const auto answers = collect_records(ranks, paths, AskLimits{.cancel_fd = limits.cancel_fd});
+    std::optional<Stall> stall;
+    if (std::any_of(answers.begin(), answers.end(), [](const auto& a) { return a.ok; })) {
+      const auto now_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
+      std::string why;
+      stall =
+          find_stall(run_analyzer_raw({analyzer_python(answers, ranks, fallback),
+                                       script,
+                                       {"progress", paths.folder, std::string(kRecordPrefix), std::to_string(now_ns)},
+                                       kAnalyzerTimeout,
+                                       limits.cancel_fd,
+                                       limits.cgroup_fd,
+                                       limits.cgroup_procs_fd},
+                                      why),
+                     timeout_s);
+    }
+    if (!*alive) return;
+    asio::post(io_, [this, stall = std::move(stall), alive, generation] {
+      if (!*alive) return;
+      sampling_ = false;
+      next_progress_ = HangClock::now() + progress_every(settings_.hang_timeout_s);
+      // still quiet and busy: a rank that printed meanwhile made progress
+      if (stall && generation == generation_ && watch_.quietly_busy()) signal(stall_cause(*stall));
     });
   });
 }
@@ -586,7 +663,19 @@ std::string HangWatch::how() const {
   return settings_.python_workers && !tools_.py_spy.empty() ? "py-spy" : "eu-stack";
 }
 
+void HangWatch::keep_records(CollectiveVerdict& v) {
+  if (v.folder.empty()) return;
+  // the report's records, kept from the next reading (`dtlaunch stacks`), which makes its folder anew
+  const auto kept = settings_.run_dir / ("attempt_" + std::to_string(attempt_)) /
+                    ("hang_" + std::to_string(reports_ + 1) + "_records");
+  std::error_code ec;
+  std::filesystem::remove_all(kept, ec);
+  std::filesystem::rename(v.folder, kept, ec);
+  if (!ec) v.folder = kept.string();
+}
+
 void HangWatch::report(Hang hang, const std::vector<Probe>& probes) {
+  keep_records(hang.collective);
   const auto suspect = find_suspect(hang);
   const std::string host = posix::host_name();
   print_(hang_report(hang, suspect, host, how(), settings_.hang_timeout_s));

@@ -7,7 +7,8 @@
 // every rank's stack now. With each reading it asks every rank for torch's flight recorder
 // (watch/recorder_reader.h) and has torch's analyzer name the collective where the ranks part; while
 // the job runs it compares when the ranks arrive at the same collectives (the straggler watch,
-// watch/flight_recorder.h).
+// watch/flight_recorder.h), and while every rank is busy and none prints (NCCL's ranks spin as they
+// wait) a collective not completed for the timeout is a hang.
 #pragma once
 
 #include <sys/eventfd.h>
@@ -119,12 +120,18 @@ class HangWatch {
   /// on the event loop (not after stop() or a new attempt, when `current` is set).
   void read_stacks(Hang hang, bool current, std::function<void(Hang)> done, Records records = Records::verdict);
   /// Torch's analyzer on the records in the parts of `hang` (a job of several nodes), on a thread of
-  /// its own; then `done` on the event loop with hang.collective filled.
-  void judge_parts(Hang hang, std::function<void(Hang)> done);
+  /// its own, one run at a time; then `done` on the event loop with hang.collective filled (not after
+  /// stop() or a new attempt, when `current` is set).
+  void judge_parts(Hang hang, bool current, std::function<void(Hang)> done);
+  /// A report's records moved out of the reading's folder, which the next reading makes anew.
+  void keep_records(CollectiveVerdict& v);
   /// The ranks to ask for their flight recorder: every probe's (its hook's files beside its stacks').
   std::vector<RecorderRank> recorder_ranks(const std::vector<Probe>& probes) const;
   /// The straggler watch: every rank's arrival times, now and then (tick), on a thread of its own.
   void sample_arrivals(const std::vector<Probe>& probes);
+  /// While every rank is busy and none prints (NCCL's ranks spin as they wait): every rank's
+  /// record, on the same thread; a collective not completed for the timeout is the hang's signal().
+  void check_progress(const std::vector<Probe>& probes);
   void report(Hang hang, const std::vector<Probe>& probes);
   /// Every rank's stack now, CPU over a short window, `doing` filled; nullopt when none runs, or
   /// when no one `wanted` it any more once the window was over (no stack is read then).
@@ -146,7 +153,9 @@ class HangWatch {
   boost::asio::steady_timer timer_;
   HangState watch_;
   bool watching_ = false;
-  bool reading_ = false;  ///< the stack reader's thread is busy
+  bool reading_ = false;         ///< the stack reader's thread is busy
+  bool judging_ = false;         ///< the analyzer's thread on every node's records is busy
+  std::optional<Hang> pending_;  ///< a hang found while `dtlaunch stacks`'s reading ran: read after it
   int attempt_ = 0;
   int reports_ = 0;
   bool wrote_report_ = false;
@@ -160,6 +169,7 @@ class HangWatch {
   bool sampling_ = false;   ///< the arrivals' thread is busy
   size_t part_budget_ = 0;  ///< what a node's part may give its ranks' records
   HangClock::time_point next_sample_;
+  HangClock::time_point next_progress_;
   /// An eventfd the current reading's readers watch: written, they end at once.
   struct EventFd {
     EventFd() : fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}

@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <optional>
 
 #include "base/posix.h"
 #include "base/text.h"
 #include "node/bounded_run.h"
+#include "node/proc_stat.h"
 #include "node/process.h"
 
 namespace dtl::watch {
@@ -36,13 +38,20 @@ bool is_fifo(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
-/// Writes `text` to a FIFO's reader, if one waits on it now.
+/// Writes `text` to a FIFO's reader, if one waits on it now and its FIFO has room: one write that
+/// never blocks (a reader that stopped reading leaves its FIFO full).
 bool send(const std::string& fifo, const std::string& text) {
   const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;  // ENXIO: nobody reads it now
-  const bool sent = posix::write_all(fd, text);
+  const ssize_t n = posix::retry_eintr([&] { return ::write(fd, text.data(), text.size()); });
   ::close(fd);
-  return sent;
+  return n == static_cast<ssize_t>(text.size());
+}
+
+/// A request's own id: a hook's answer to an earlier request, come late, is not taken for this one.
+std::string request_id() {
+  static std::atomic<unsigned long> count{0};
+  return std::to_string(::getpid()) + "-" + std::to_string(++count);
 }
 
 /// One rank being asked.
@@ -52,6 +61,8 @@ struct Asking {
   bool pipe = false;  ///< through NCCL's pipe, not the hook
   pid_t pid = 0;
   std::string trigger, request;  ///< the hook's FIFO, and its request until taken
+  std::string id;                ///< the request's id, which the hook's answer repeats
+  std::string written, keep_as;  ///< where the hook writes the record, and its name once answered
   Clock::time_point busy_until;  ///< the hook is asked again until then
   Clock::time_point deadline;
   std::string status;                                 ///< the hook's answer file
@@ -62,6 +73,9 @@ struct Asking {
 
 /// Why a rank's hook does not take a request.
 std::string no_hook(pid_t pid) {
+  if (const char state = node::proc_usage(pid).state; state == 'T' || state == 't') {
+    return "it is stopped (SIGSTOP, or a debugger holds it): its hook cannot answer";
+  }
   if (!node::rank_process(pid).kind.python) return std::string(kNotAsked);
   return "dtlaunch's hook does not answer (not loaded: python -I, -E or -S, or a PYTHONPATH of its own?)";
 }
@@ -82,8 +96,7 @@ void look(Asking& a, Clock::time_point now) {
     const auto state = file_state(a.dump);
     if (state && state != a.before && state == a.seen && state->second > 0) {
       std::error_code ec;
-      if (!a.copy_to.empty())
-        std::filesystem::copy_file(a.dump, a.copy_to, std::filesystem::copy_options::overwrite_existing, ec);
+      std::filesystem::copy_file(a.dump, a.copy_to, std::filesystem::copy_options::overwrite_existing, ec);
       a.answer.ok = !ec;
       if (ec) a.answer.why = "cannot copy " + a.dump + ": " + ec.message();
       a.done = true;
@@ -95,11 +108,18 @@ void look(Asking& a, Clock::time_point now) {
   std::string answer = posix::read_small_file(a.status, 1 << 16);
   answer = answer.substr(0, answer.find('\n'));
   const auto fields = text::split(answer, '\t');
-  if (fields.size() >= 2 && fields[0] == "ok") {
+  if (fields.empty() || fields[0] != a.id) return;  // an answer to an earlier request
+  if (fields.size() >= 3 && fields[1] == "ok") {
     a.answer.ok = true;
-    a.answer.python = fields[1];
+    a.answer.python = fields[2];
+    std::error_code ec;
+    if (!a.keep_as.empty()) std::filesystem::rename(a.written, a.keep_as, ec);
+    if (ec) {
+      a.answer.ok = false;
+      a.answer.why = "cannot rename " + a.written + ": " + ec.message();
+    }
   } else {
-    a.answer.why = fields.size() >= 2 ? fields[1] : "its hook's answer is not one";
+    a.answer.why = fields.size() >= 3 ? fields[2] : "its hook's answer is not one";
   }
   a.done = true;
 }
@@ -138,17 +158,24 @@ std::vector<RecordAnswer> ask(std::vector<Asking> asking, const AskLimits& limit
   return out;
 }
 
-/// A request to a rank's hook: what to do, where to write it, where to answer.
-Asking hook_request(const RecorderRank& r, const std::string& kind, const std::string& out) {
+/// A request to a rank's hook: what to do, where to write it, where to answer, and the request's
+/// id. A record is written under a name of the request's own, and takes `out`'s once answered: a
+/// hook that answers late cannot leave its record for a later reading.
+Asking hook_request(const RecorderRank& r, const std::string& kind, const std::string& out, bool rename) {
   Asking a;
   a.answer.rank = r.rank;
   a.answer.by = "dtlaunch's hook";
   a.pid = r.pid;
   a.status = r.files.status;
   a.trigger = r.files.trigger;
-  a.request = kind + "\n" + out + "\n" + r.files.status + "\n";
-  std::error_code ec;
-  std::filesystem::remove(r.files.status, ec);
+  a.id = request_id();
+  a.written = out;
+  if (rename) {
+    const auto path = std::filesystem::path(out);
+    a.written = (path.parent_path() / ("." + path.filename().string() + "." + a.id)).string();
+    a.keep_as = out;
+  }
+  a.request = kind + "\n" + a.written + "\n" + r.files.status + "\n" + a.id + "\n";
   return a;
 }
 
@@ -156,7 +183,9 @@ Asking hook_request(const RecorderRank& r, const std::string& kind, const std::s
 
 std::vector<RecordAnswer> collect_records(const std::vector<RecorderRank>& ranks, const RecorderPaths& paths,
                                           const AskLimits& limits) {
+  // a reading's records only: none left from an earlier one, whose rank may not answer now
   std::error_code ec;
+  std::filesystem::remove_all(paths.folder, ec);
   std::filesystem::create_directories(paths.folder, ec);
   std::vector<Asking> asking;
   for (const auto& r : ranks) {
@@ -169,7 +198,7 @@ std::vector<RecordAnswer> collect_records(const std::vector<RecorderRank>& ranks
       a.pid = r.pid;
       a.pipe = true;
       a.dump = paths.dump_prefix + std::to_string(r.rank);
-      if (a.dump != ours) a.copy_to = ours;
+      a.copy_to = ours;
       a.before = file_state(a.dump);
       a.seen = a.before;
       // any bytes make torch dump; a pipe no thread reads any more is not waited on
@@ -177,7 +206,7 @@ std::vector<RecordAnswer> collect_records(const std::vector<RecorderRank>& ranks
       if (a.done) a.answer.why = "NCCL's pipe " + pipe + " has no reader";
       asking.push_back(std::move(a));
     } else {
-      asking.push_back(hook_request(r, "dump", ours));
+      asking.push_back(hook_request(r, "dump", ours, true));
     }
   }
   return ask(std::move(asking), limits);
@@ -185,7 +214,7 @@ std::vector<RecordAnswer> collect_records(const std::vector<RecorderRank>& ranks
 
 std::map<int, std::string> collect_times(const std::vector<RecorderRank>& ranks, const AskLimits& limits) {
   std::vector<Asking> asking;
-  for (const auto& r : ranks) asking.push_back(hook_request(r, "times", r.files.times));
+  for (const auto& r : ranks) asking.push_back(hook_request(r, "times", r.files.times, false));
   std::map<int, std::string> out;
   const auto answers = ask(std::move(asking), limits);
   for (size_t i = 0; i < answers.size(); ++i) {

@@ -60,7 +60,6 @@ try:
     _dtlaunch_register()
 except Exception as e:  # a worker runs without it rather than not at all
     print(f"dtlaunch: no stacks on a signal for this worker: {e}", file=sys.stderr)
-_dtlaunch_next_sitecustomize()
 )";
 
 constexpr const char* kHookMark = "dtlaunch: faulthandler registered in pid ";
@@ -151,7 +150,9 @@ Stacks from_hook(pid_t rank_pid, pid_t python_pid, const std::string& file, int 
 
 int stacks_signal() { return SIGRTMIN + 6; }
 
-std::string_view site_customize() { return kSiteCustomize; }
+std::string site_customize(std::string_view more) {
+  return std::string(kSiteCustomize) + std::string(more) + "\n_dtlaunch_next_sitecustomize()\n";
+}
 
 std::string ptrace_denied() {
   int ready[2];

@@ -57,8 +57,10 @@ int stacks_signal();
 
 /// The sitecustomize.py put first on the workers' PYTHONPATH where the hook reads stacks: it
 /// registers faulthandler to dump every thread into DTLAUNCH_STACKS_FILE on DTLAUNCH_STACKS_SIGNAL,
-/// says so in that file with its pid (only such a process is signalled), then runs the next
-/// sitecustomize on the path as if this one were not there.
-std::string_view site_customize();
+/// says so in that file with its pid (only such a process is signalled), then runs `more` (the
+/// flight recorder's hook), and last the next sitecustomize on the path as if this one were not
+/// there: an error of the user's one is reported by Python's site as it would be, after dtlaunch's
+/// hooks took their variables.
+std::string site_customize(std::string_view more);
 
 }  // namespace dtl::watch

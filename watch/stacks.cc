@@ -122,9 +122,12 @@ std::optional<size_t> choose_suspect(const Hang& hang) {
   // A rank whose stack places it outside any wait is off only beside ranks seen waiting: where no
   // rank is, the stacks may just be in waits the table does not know, and naming one would send
   // the user to read a rank that is fine.
+  // Nor is a busy rank off where every rank is busy and none is seen waiting: nothing tells them apart.
   const bool some_wait = std::any_of(ranks.begin(), ranks.end(), waits_for_others);
-  if (auto i =
-          first([&](const HungRank& r) { return r.busy && !waits_for_others(r) && (!r.stack.empty() || some_wait); })) {
+  const bool all_busy = std::all_of(ranks.begin(), ranks.end(), [](const HungRank& r) { return r.busy; });
+  if (auto i = first([&](const HungRank& r) {
+        return r.busy && !waits_for_others(r) && (!r.stack.empty() || some_wait) && (!all_busy || some_wait);
+      })) {
     return i;
   }
   if (some_wait) {

@@ -41,6 +41,13 @@ if mode == "wrongtype":  # rank 1 broadcasts while the others all_reduce: both w
     dist.broadcast(torch.ones(4), 0) if rank == 1 else dist.all_reduce(torch.ones(4))
 elif mode == "skip":  # rank 1 never comes to collective 4
     time.sleep(3600) if rank == 1 else dist.all_reduce(torch.ones(4))
+elif mode == "spin":  # every rank busy, as NCCL's ranks spin while they wait: rank 1 computes on,
+    if rank == 1:    # and rank 0 spins on an all_reduce that rank 1 never joins
+        while True:
+            sum(range(10000))
+    work = dist.all_reduce(torch.ones(4), async_op=True)
+    while not work.is_completed():
+        pass
 elif mode == "empty":
     # rank 0's tensor is empty at its 4th step: gloo returns at once there, and the ranks wait one
     # collective apart (a size mismatch that hangs, where 4 against 8 elements aborts at once)
@@ -172,6 +179,18 @@ class FlightRecorder(LaunchTest):
         self.assertEqual(report["suspect"], 1)
         self.assert_same_as_fr_trace(v, 2)
 
+    def test_a_collective_that_never_completes_while_every_rank_is_busy_is_a_hang(self):
+        # no rank sleeps, so the silence alone is no hang: the records' progress says it is
+        code, err, report = self.hang("spin")
+        self.assertRegex(report["cause"], r"^rank 0's all_reduce #4 of process group 0 has not completed in \d+ s "
+                                          r"\(flight recorder\), while every rank is busy$")
+        self.assertTrue(all(r["busy"] for r in report["ranks"]), report["ranks"])
+        v = report["collective"]
+        self.assertEqual((v["seq"], v["kind"], v["missing"]), (4, "MISSING_RANKS", [1]))
+        self.assertEqual(report["suspect"], 1)
+        self.assertEqual(code, 1, err)
+        self.assert_same_as_fr_trace(v, 2)
+
     def test_an_empty_tensor_that_hangs_gloo_is_named_as_a_size_mismatch_of_the_odd_rank(self):
         code, err, report = self.hang("empty", nproc=3)
         v = report["collective"]
@@ -218,6 +237,53 @@ class FlightRecorder(LaunchTest):
         finally:
             job.proc.send_signal(signal.SIGTERM)
             job.finish(timeout=60)
+
+    def test_a_rank_that_stops_answering_leaves_no_record_from_an_earlier_reading(self):
+        # the silence's report reads both ranks' records; rank 1, stopped, cannot answer the next reading
+        job = Running([DTLAUNCH, "--nproc_per_node=2", "--master_port", str(free_port()),
+                       f"--hang_timeout={HANG_TIMEOUT}", "--log_dir", self.logs, "part.py", "wrongtype"],
+                      self.run_env(), cwd=self.tmp)
+        try:
+            job.wait_for(r"the hang's report is in", timeout=180, stream="err")
+            with open(glob.glob(os.path.join(self.logs, "*", "attempt_0", "hang_1.json"))[0]) as f:
+                report = json.load(f)
+            kept = report["collective"]["folder"]
+            self.assertEqual(os.path.basename(kept), "hang_1_records")
+            self.assertEqual(sorted(os.listdir(kept)), ["rank_0", "rank_1"])
+            stopped = next(r["pid"] for r in report["ranks"] if r["rank"] == 1)
+            os.kill(stopped, signal.SIGSTOP)
+            try:
+                r = subprocess.run([DTLAUNCH, "stacks", str(job.proc.pid)], env=self.run_env(), capture_output=True,
+                                   text=True, timeout=120)
+            finally:
+                os.kill(stopped, signal.SIGCONT)
+            self.assertIn("  rank 1: no record: it is stopped (SIGSTOP, or a debugger holds it)", r.stdout,
+                          r.stdout + r.stderr)
+            self.assertNotIn("not the same collective", r.stdout)  # rank 1's record from the report is not read
+            self.assertEqual(sorted(os.listdir(kept)), ["rank_0", "rank_1"])  # and the report's are kept
+        finally:
+            job.proc.send_signal(signal.SIGTERM)
+            job.finish(timeout=60)
+
+    def test_a_user_sitecustomize_that_fails_leaves_the_recorder_on(self):
+        # Python's site reports the user's sitecustomize's error; dtlaunch's hook ran before it
+        user = os.path.join(self.tmp, "user_site")
+        os.makedirs(user)
+        with open(os.path.join(user, "sitecustomize.py"), "w") as f:
+            f.write("raise RuntimeError('the site is broken')\n")
+        job = Running([DTLAUNCH, "--nproc_per_node=2", "--master_port", str(free_port()), "--hang_timeout=120",
+                       "--log_dir", self.logs, "part.py", "wrongtype"], self.run_env(PYTHONPATH=user), cwd=self.tmp)
+        try:
+            job.wait_for(r"ready", count=2, timeout=120)
+            time.sleep(1)
+            r = subprocess.run([DTLAUNCH, "stacks", str(job.proc.pid)], env=self.run_env(), capture_output=True,
+                               text=True, timeout=120)
+            self.assertIn("the ranks part at collective #4 of process group 0:default_pg: not the same collective",
+                          r.stdout, r.stdout + r.stderr)
+        finally:
+            job.proc.send_signal(signal.SIGTERM)
+            job.finish(timeout=60)
+        self.assertIn("Error in sitecustomize; set PYTHONVERBOSE for traceback:", job.err.decode(errors="replace"))
 
     def test_a_worker_without_the_hook_has_no_record_and_says_why(self):
         # rank 1 runs python -I (no sitecustomize), rank 0 Debian's torch 1.13 (no flight recorder)

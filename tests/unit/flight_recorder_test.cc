@@ -40,7 +40,8 @@ const char* kWrongType =
 TEST_CASE("flight recorder: the workers record where the user did not choose, and keep what they chose") {
   auto [vars, paths] = recorder_variables(lookup({}), "/logs/run/attempt_0");
   CHECK(paths.on);
-  CHECK(paths.folder == "/logs/run/attempt_0/fr");
+  CHECK(paths.folder == "/logs/run/attempt_0/fr_read");
+  CHECK(paths.dumps == "/logs/run/attempt_0/fr");
   CHECK(value(vars, "TORCH_FR_BUFFER_SIZE") == "2000");
   CHECK(value(vars, "TORCH_FR_DUMP_TEMP_FILE") == "/logs/run/attempt_0/fr/rank_");
   CHECK(value(vars, "TORCH_NCCL_DEBUG_INFO_PIPE_FILE") == "/logs/run/attempt_0/nccl_pipe_");
@@ -51,6 +52,7 @@ TEST_CASE("flight recorder: the workers record where the user did not choose, an
   CHECK_FALSE(value(mine, "TORCH_FR_BUFFER_SIZE"));
   CHECK_FALSE(value(mine, "TORCH_FR_DUMP_TEMP_FILE"));
   CHECK(my_paths.dump_prefix == "/tmp/mine_");
+  CHECK(my_paths.dumps.empty());  // the user's folder is not dtlaunch's to make
 
   auto [off, off_paths] = recorder_variables(lookup({{"TORCH_FR_BUFFER_SIZE", "0"}}), "/a");
   CHECK(off.empty());
@@ -115,6 +117,47 @@ TEST_CASE("flight recorder: a state mismatch names no suspect: the ranks behind 
   REQUIRE(v.error.empty());
   CHECK_FALSE(verdict_suspect(v));
   CHECK(verdict_reason(v, 1).empty());
+}
+
+TEST_CASE("flight recorder: the oldest collective not completed for the timeout is the hang's cause") {
+  const std::string progress =
+      R"({"0": {"seq": 4, "op": "all_reduce", "sizes": "[[4]]", "dtypes": "Float", "pg": "0", "state": "started",
+                "age_s": 31.5},
+          "2": {"seq": 9, "op": "broadcast", "sizes": "[[4]]", "dtypes": "Float", "pg": "1", "state": "", "age_s": 40}})";
+  const auto stall = find_stall(progress, 30);
+  REQUIRE(stall);
+  CHECK(stall->rank == 2);
+  CHECK(
+      stall_cause(*stall) ==
+      "rank 2's broadcast #9 of process group 1 has not completed in 40 s (flight recorder), while every rank is busy");
+  const auto started =
+      find_stall(R"({"0": {"seq": 4, "op": "all_reduce", "pg": "0", "state": "started", "age_s": 31.5}})", 30);
+  REQUIRE(started);
+  CHECK(stall_cause(*started) ==
+        "rank 0's all_reduce #4 of process group 0 has not completed in 32 s (flight recorder: started), while every "
+        "rank is busy");
+  CHECK_FALSE(find_stall(progress, 60));  // younger than the timeout: a long collective, not a hang
+  CHECK_FALSE(find_stall("{}", 30));
+  CHECK_FALSE(find_stall("not json", 30));
+}
+
+TEST_CASE("flight recorder: where every rank is busy and none waits, the verdict picks the suspect") {
+  Hang hang;
+  for (int r = 0; r < 2; ++r) {
+    HungRank h;
+    h.rank = r;
+    h.busy = true;
+    h.stack = {"thread MainThread", "<module> (part.py:2" + std::to_string(r) + ")"};
+    hang.ranks.push_back(h);
+  }
+  CHECK_FALSE(find_suspect(hang));  // the stacks alone tell neither rank from the other
+  hang.collective = parse_verdict(
+      R"({"ranks": [0, 1], "collectives": 4, "problems": 1, "compared_with": 0, "pg": "0", "pg_desc": "default_pg",
+          "seq": 4, "kind": "MISSING_RANKS", "expected": [0, 1], "missing": [1], "culprits": [],
+          "entered": {"0": {"seq": 4, "op": "all_reduce", "sizes": "[[4]]", "dtypes": "Float"}},
+          "never_entered": {"1": {"seq": 3, "op": "all_reduce", "sizes": "[[4]]", "dtypes": "Float"}}})");
+  REQUIRE(hang.collective.error.empty());
+  CHECK(find_suspect(hang) == 1u);
 }
 
 TEST_CASE("flight recorder: the hook's thread is left out of a rank's stack") {

@@ -31,6 +31,16 @@ TEST_CASE("hang watch: ranks that compute quietly are never hung") {
   CHECK(watch(w, 0, 60, 1.0, 0.9).empty());
 }
 
+TEST_CASE("hang watch: ranks busy and quiet for the timeout are for the flight recorder's progress to judge") {
+  HangState w(10s);
+  CHECK(watch(w, 0, 9, 1.0, 0.9).empty());
+  CHECK_FALSE(w.quietly_busy());  // not quiet for the timeout yet
+  CHECK(watch(w, 10, 12, 1.0, 0.9).empty());
+  CHECK(w.quietly_busy());
+  CHECK(watch(w, 13, 13, 1.0, 0.9, t0 + 13s).empty());  // a rank printed
+  CHECK_FALSE(w.quietly_busy());
+}
+
 TEST_CASE("hang watch: ranks computing on a machine shared three ways are still busy") {
   HangState w(10s);
   CHECK(watch(w, 0, 60, 0.33, 0.3).empty());
