@@ -79,6 +79,7 @@ JobFigures LiveFigures::figures_now(const std::vector<HangWatch::Probe>& probes)
     r.doing = r.state == '?' ? "gone" : doing_from_proc(r.cpu_percent.value_or(0), r.state);
     r.restarts = attempt_.attempt;
     r.quiet_s = std::chrono::duration<double>(now - p.last_output).count();
+    r.slow = watch_.straggler() && watch_.straggler()->rank == p.rank;  // the straggler watch's verdict
     const size_t lr = static_cast<size_t>(p.local_rank);
     if (lr < facts_.gpus.size() && facts_.gpus[lr]) {
       const node::Gpu& gpu = *facts_.gpus[lr];

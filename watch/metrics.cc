@@ -81,6 +81,9 @@ std::string prometheus_text(const JobFigures& job) {
   for (const auto& r : job.ranks) restarts.sample(rank_labels(job, r), r.restarts);
   Family quiet(out, "dtlaunch_rank_last_output_age_seconds", "gauge", "Seconds since the rank's last output.");
   for (const auto& r : job.ranks) quiet.sample(rank_labels(job, r), r.quiet_s);
+  Family slow(out, "dtlaunch_rank_slow", "gauge",
+              "1 for the rank that arrives last at most of its node's collectives (the flight recorder's times).");
+  for (const auto& r : job.ranks) slow.sample(rank_labels(job, r), r.slow ? 1 : 0);
 
   const auto measured = [](const RankFigures& r) { return r.gpu && !r.gpu->fake; };
   Family util(out, "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).");

@@ -349,6 +349,10 @@ class FlightRecorder(LaunchTest):
         try:
             if slow >= 0:
                 job.wait_for(r"slow rank: rank", timeout=150, stream="err")
+                # the live view marks it too
+                top = subprocess.run([DTLAUNCH, "top", str(job.proc.pid), "--json"], env=self.run_env(),
+                                     capture_output=True, text=True, timeout=30)
+                self.slow_in_top = [r["rank"] for r in json.loads(top.stdout)["ranks"] if r["slow"]]
                 open(stop, "w").close()
             r = job.finish(timeout=150)
         finally:
@@ -365,6 +369,7 @@ class FlightRecorder(LaunchTest):
         last_at, of = map(int, re.search(r"at (\d+) of the last (\d+)", line).groups())
         self.assertGreaterEqual(last_at * 3, of * 2)
         self.assertEqual(err.count("slow rank:"), 1)  # one line, not one a sample
+        self.assertEqual(self.slow_in_top, [2])
 
     def test_an_even_job_names_no_slow_rank(self):
         err = self.steps(-1, 160)  # every rank 0.15 s a step: about 25 s

@@ -136,7 +136,9 @@ TEST_CASE("every node's figures merge into the job's, by rank, naming the nodes 
 }
 
 TEST_CASE("the metrics page has a series per rank with its labels, base units and counters in _total") {
-  const std::string page = prometheus_text(two_ranks());
+  JobFigures job = two_ranks();
+  job.ranks[1].slow = true;
+  const std::string page = prometheus_text(job);
   CHECK(page.find("# TYPE dtlaunch_rank_cpu_seconds_total counter\n") != std::string::npos);
   CHECK(
       page.find(R"(dtlaunch_rank_cpu_seconds_total{rank="0",local_rank="0",host="node-a",run_id="run \"7\""} 12.25)") !=
@@ -151,6 +153,10 @@ TEST_CASE("the metrics page has a series per rank with its labels, base units an
       std::string::npos);
   CHECK(page.find(
             R"(dtlaunch_rank_last_output_age_seconds{rank="1",local_rank="1",host="node-a",run_id="run \"7\""} 130)") !=
+        std::string::npos);
+  CHECK(page.find(R"(dtlaunch_rank_slow{rank="1",local_rank="1",host="node-a",run_id="run \"7\""} 1)") !=
+        std::string::npos);
+  CHECK(page.find(R"(dtlaunch_rank_slow{rank="0",local_rank="0",host="node-a",run_id="run \"7\""} 0)") !=
         std::string::npos);
   // the DCGM exporter's names and labels, plus the rank; a fake GPU has no series
   CHECK(page.find(R"(DCGM_FI_DEV_GPU_UTIL{gpu="3",UUID="GPU-abc",device="nvidia3",Hostname="node-a",rank="0",)") !=
