@@ -224,9 +224,11 @@ class FlightRecorder(LaunchTest):
         self.assertEqual(procs[0].returncode, 1, err0)
         self.assert_same_as_fr_trace(v, 2)
 
-    def test_dtlaunch_stacks_names_the_collective_while_the_job_hangs(self):
+    def stacks_name_the_wrong_type(self, **env):
+        """`dtlaunch stacks` while part.py wrongtype hangs (no report: --hang_timeout=120) names the
+        collective; the job's run, once ended."""
         job = Running([DTLAUNCH, "--nproc_per_node=2", "--master_port", str(free_port()), "--hang_timeout=120",
-                       "--log_dir", self.logs, "part.py", "wrongtype"], self.run_env(), cwd=self.tmp)
+                       "--log_dir", self.logs, "part.py", "wrongtype"], self.run_env(**env), cwd=self.tmp)
         try:
             job.wait_for(r"ready", count=2, timeout=120)
             time.sleep(1)
@@ -236,7 +238,11 @@ class FlightRecorder(LaunchTest):
                           r.stdout, r.stdout + r.stderr)
         finally:
             job.proc.send_signal(signal.SIGTERM)
-            job.finish(timeout=60)
+            ended = job.finish(timeout=60)
+        return ended
+
+    def test_dtlaunch_stacks_names_the_collective_while_the_job_hangs(self):
+        self.stacks_name_the_wrong_type()
 
     def test_a_rank_that_stops_answering_leaves_no_record_from_an_earlier_reading(self):
         # the silence's report reads both ranks' records; rank 1, stopped, cannot answer the next reading
@@ -271,19 +277,8 @@ class FlightRecorder(LaunchTest):
         os.makedirs(user)
         with open(os.path.join(user, "sitecustomize.py"), "w") as f:
             f.write("raise RuntimeError('the site is broken')\n")
-        job = Running([DTLAUNCH, "--nproc_per_node=2", "--master_port", str(free_port()), "--hang_timeout=120",
-                       "--log_dir", self.logs, "part.py", "wrongtype"], self.run_env(PYTHONPATH=user), cwd=self.tmp)
-        try:
-            job.wait_for(r"ready", count=2, timeout=120)
-            time.sleep(1)
-            r = subprocess.run([DTLAUNCH, "stacks", str(job.proc.pid)], env=self.run_env(), capture_output=True,
-                               text=True, timeout=120)
-            self.assertIn("the ranks part at collective #4 of process group 0:default_pg: not the same collective",
-                          r.stdout, r.stdout + r.stderr)
-        finally:
-            job.proc.send_signal(signal.SIGTERM)
-            job.finish(timeout=60)
-        self.assertIn("Error in sitecustomize; set PYTHONVERBOSE for traceback:", job.err.decode(errors="replace"))
+        ended = self.stacks_name_the_wrong_type(PYTHONPATH=user)
+        self.assertIn("Error in sitecustomize; set PYTHONVERBOSE for traceback:", ended.stderr)
 
     def test_a_worker_without_the_hook_has_no_record_and_says_why(self):
         # rank 1 runs python -I (no sitecustomize), rank 0 Debian's torch 1.13 (no flight recorder)
