@@ -132,7 +132,8 @@ grep -q "suspect rank 1 on" "$hang/job.log" || fail "nccl-hang: the suspect is n
 [ -n "$signalled" ] || fail "nccl-hang: NCCL's exception_dump was not reported"
 
 # 1b. Rank 1 spins in Python while rank 0 waits: every rank is busy on a CPU, so the silence rule
-# stays quiet, and NCCL's watchdog (20 s) says in the store that the job hangs; --on_hang=fail.
+# stays quiet; the flight recorder's progress, read through NCCL's pipe, shows rank 0's all_reduce
+# not completed for the 10 s timeout, before NCCL's watchdog (20 s) says so in the store; --on_hang=fail.
 { NCCL_TIMEOUT_S=20 TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC=2000 timeout 120 "$dtlaunch" --standalone --nproc_per_node=2 \
   --hang_timeout=10 --on_hang=fail --log_dir "$hang/logs-spin" tests/gpu/nccl_hang.py spin 2>&1; echo "exit $?"; } |
   stamp >"$hang/spin.log"
@@ -140,6 +141,8 @@ stopped=$(first_time "$hang/spin.log" "rank 1 stops")
 say "NCCL hang, rank 1 spinning, --on_hang=fail: exception_dump after $(since "$stopped" "$(first_time "$hang/spin.log" "exception_dump=")") s, dtlaunch's report after $(since "$stopped" "$(first_time "$hang/spin.log" "dtlaunch: hang:")") s, $(grep -m1 -o '^[0-9.]* exit [0-9]*' "$hang/spin.log" | cut -d' ' -f2-) after $(since "$stopped" "$(first_time "$hang/spin.log" "^[0-9.]+ exit ")") s; $(grep -m1 -o 'suspect rank .*' "$hang/spin.log" || echo 'no suspect named')"
 grep -E "dtlaunch: hang|  [01]  " "$hang/spin.log" | head -4 | cut -c1-240 >>"$out/summary.txt"
 grep -q "suspect rank 1 on" "$hang/spin.log" || fail "nccl-hang-spin: the suspect is not rank 1"
+grep -Eq "dtlaunch: hang: rank 0's all_reduce #[0-9]+ of process group [^ ]+ has not completed in" "$hang/spin.log" ||
+  fail "nccl-hang-spin: the report did not come from the flight recorder's progress"
 
 # 2. The same hang on the first attempt only, with --on_hang=fail: dtlaunch stops the group, restarts
 # it, and the second attempt's NCCL group finishes.

@@ -5,8 +5,9 @@ synchronisation behind the collective, not in all_reduce.
 
   nccl_hang.py sleep           rank 1 never comes back; NCCL's watchdog times out after NCCL_TIMEOUT_S
   nccl_hang.py first-attempt   rank 1 stops on the first attempt only (TORCHELASTIC_RESTART_COUNT 0)
-  nccl_hang.py spin            rank 1 spins in Python: every rank is busy on a CPU, and only NCCL's
-                               watchdog, through the store, tells that the job hangs
+  nccl_hang.py spin            rank 1 spins in Python: every rank is busy on a CPU, and only the
+                               flight recorder's progress, or later NCCL's watchdog through the
+                               store, tells that the job hangs
 
 Every rank also watches the job's store for the key NCCL's watchdog writes when it times out
 (exception_dump) and prints when it appears."""
