@@ -284,8 +284,9 @@ def import_parts(path, folder, prefix):
 
 
 def progress(folder, prefix, now_ns):
-    """Each rank's oldest collective not completed (NCCL's state 'completed', or retired: Gloo's state
-    stays 'scheduled'), with its age at `now_ns` by the same wall clock as its time_created_ns."""
+    """Each rank's oldest collective waited on: in each process group the first after the last that
+    completed (NCCL's state 'completed', or retired: Gloo's state stays 'scheduled'), with its age at
+    `now_ns` by the same wall clock as its time_created_ns."""
     out = {}
     for rank, path in sorted(records(folder, prefix).items()):
         try:
@@ -293,13 +294,23 @@ def progress(folder, prefix, now_ns):
         except Exception as e:  # the other ranks' records still count
             print(f"rank {rank}'s record {path}: {e}", file=sys.stderr)
             continue
+        # a group's collectives complete in order: one not completed behind a later one that did (a
+        # collective torch never retired) is no stall; the first after the group's last completed one is
+        by_pg = {}
         for e in entries:
-            if e.get("is_p2p") or e.get("retired") or e.get("state") == "completed":
-                continue
+            if not e.get("is_p2p"):
+                by_pg.setdefault(e["process_group"][0], []).append(e)
+        waiting = []
+        for pg, es in by_pg.items():
+            done = [i for i, e in enumerate(es) if e.get("retired") or e.get("state") == "completed"]
+            after = es[done[-1] + 1:] if done else es
+            if after:
+                waiting.append(after[0])
+        if waiting:
+            e = min(waiting, key=lambda e: e["time_created_ns"])
             gloo = e["profiling_name"].startswith("gloo:")  # whose state stays 'scheduled' while it runs
             out[str(rank)] = dict(describe(e), pg=e["process_group"][0], state="" if gloo else e.get("state") or "",
                                   age_s=max(0, now_ns - e["time_created_ns"]) / 1e9)
-            break
     return out
 
 

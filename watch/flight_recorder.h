@@ -172,6 +172,9 @@ class StragglerState {
   const std::optional<Straggler>& latest() const { return latest_; }
   /// A new attempt: nothing seen before counts.
   void reset();
+  /// A sample that could not be taken (a rank did not answer, or every rank is busy and quiet): the
+  /// latest verdict no longer holds, though the warning's quiet time still runs.
+  void unknown() { latest_.reset(); }
 
  private:
   std::chrono::seconds quiet_;

@@ -248,7 +248,7 @@ void HangWatch::answer(const StacksSocket::Ask& ask) {
         [this, reply = ask.reply](const std::vector<std::string>& parts, const std::string& missing) {
           auto [merged_hang, unreadable] = merged(parts);
           const size_t nodes = parts.size() - unreadable;  // two nodes may go by one host name
-          judge_parts(std::move(merged_hang), false, [this, reply, missing, unreadable, nodes](Hang hang) {
+          judge_parts(std::move(merged_hang), std::nullopt, [this, reply, missing, unreadable, nodes](Hang hang) {
             std::string text = "dtlaunch: the stacks of " + std::to_string(hang.ranks.size()) + " ranks on " +
                                std::to_string(nodes) + (nodes == 1 ? " node" : " nodes") + ":\n" +
                                stacks_text(hang, posix::host_name(), how()) + verdict_text(hang.collective);
@@ -267,7 +267,9 @@ void HangWatch::answer(const StacksSocket::Ask& ask) {
 }
 
 void HangWatch::now(std::function<bool()> wanted, std::function<void(std::optional<Hang>)> done, Records records) {
-  if (reading_) {  // a reading for a report is under way: after it
+  // a reading for a report, or the watch's asking of the ranks, is under way: after it (a hook
+  // serves one request at a time)
+  if (reading_ || sampling_) {
     auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(200));
     timer->async_wait([this, timer, wanted, done, records, alive = alive_](const boost::system::error_code& ec) {
       if (!ec && *alive) now(wanted, done, records);
@@ -284,7 +286,7 @@ void HangWatch::now(std::function<bool()> wanted, std::function<void(std::option
   timer->async_wait(
       [this, timer, wanted, done, probes, before, from, records, alive = alive_](const boost::system::error_code& ec) {
         if (ec || !*alive) return;
-        if (reading_) return now(wanted, done, records);
+        if (reading_ || sampling_) return now(wanted, done, records);
         if (!wanted()) return done(std::nullopt);  // every client that asked has gone: reading pauses the ranks
         const auto at = HangClock::now();
         const double span = std::chrono::duration<double>(at - from).count();
@@ -339,8 +341,9 @@ std::pair<Hang, int> HangWatch::merged(const std::vector<std::string>& parts) co
   return {merge_parts(hangs), unreadable};
 }
 
-void HangWatch::judge_parts(Hang hang, bool current, std::function<void(Hang)> done) {
-  if (judging_) {  // the analyzer runs on another gathering's records: after it
+void HangWatch::judge_parts(Hang hang, std::optional<unsigned> current, std::function<void(Hang)> done) {
+  if (current && *current != generation_) return;  // stop() or a new attempt came while it waited
+  if (judging_) {                                  // the analyzer runs on another gathering's records: after it
     auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(200));
     timer->async_wait([this, timer, hang = std::move(hang), current, done = std::move(done),
                        alive = alive_](const boost::system::error_code& ec) mutable {
@@ -380,15 +383,15 @@ void HangWatch::judge_parts(Hang hang, bool current, std::function<void(Hang)> d
   const std::string python = analyzer_python({}, recorder_ranks(probes_()), settings_.exec_path);
   const ReadLimits limits{kStackTimeout, judge_cancel_->fd, settings_.cgroup_fd, settings_.cgroup_procs_fd};
   judge_ = std::jthread([this, hang = std::move(hang), done = std::move(done), answers, file, script, python, limits,
-                         records = (folder / "records").string(), cancel = judge_cancel_, alive = alive_, current,
-                         generation = generation_]() mutable {
+                         records = (folder / "records").string(), cancel = judge_cancel_, alive = alive_,
+                         current]() mutable {
     hang.collective =
         judge_records(answers, python, script, {"import", file, records, std::string(kRecordPrefix)}, records, limits);
     if (!*alive) return;
-    asio::post(io_, [this, hang = std::move(hang), done = std::move(done), alive, current, generation]() mutable {
+    asio::post(io_, [this, hang = std::move(hang), done = std::move(done), alive, current]() mutable {
       if (!*alive) return;
       judging_ = false;
-      if (!current || generation == generation_) done(std::move(hang));
+      if (!current || *current == generation_) done(std::move(hang));
     });
   });
 }
@@ -401,7 +404,7 @@ void HangWatch::job_report(const std::vector<std::string>& parts, const std::str
                  missing.empty() ? "" : " (none from " + printable(missing, 400) + ")");
     return done(std::nullopt);
   }
-  judge_parts(std::move(merged_hang), true, [this, missing, unreadable, done](Hang hang) {
+  judge_parts(std::move(merged_hang), generation_, [this, missing, unreadable, done](Hang hang) {
     keep_records(hang.collective);
     const auto suspect = choose_suspect(hang);
     const std::string host = posix::host_name();
@@ -501,8 +504,14 @@ void HangWatch::tick() {
       job_wide_->hang_seen();
     } else if (hang) {
       pending_ = std::move(*hang);  // read now, or once `dtlaunch stacks`'s reading is over
+      pending_since_ = HangClock::now() - std::chrono::duration_cast<HangClock::duration>(
+                                              std::chrono::duration<double>(pending_->quiet_s));
     }
     const auto now = HangClock::now();
+    if (pending_ &&
+        std::any_of(probes.begin(), probes.end(), [&](const Probe& p) { return p.last_output > pending_since_; })) {
+      pending_.reset();  // a rank printed while it waited: that hang is over
+    }
     if (pending_ && !reading_ && !sampling_) {
       read_stacks(*std::exchange(pending_, std::nullopt), true,
                   [this, probes](Hang read) { report(std::move(read), probes); });
@@ -543,7 +552,8 @@ void HangWatch::sample_arrivals(const std::vector<Probe>& probes) {
       sampling_ = false;
       next_sample_ = HangClock::now() + kSampleEvery;
       // a rank that did not answer may be the slow one (busy, holding its GIL): no verdict on the others alone
-      if (generation != generation_ || arrivals.size() < asked) return;
+      if (generation != generation_) return;
+      if (arrivals.size() < asked) return straggler_.unknown();
       if (auto warning = straggler_.on_sample(StragglerState::Clock::now(), arrivals, posix::host_name())) {
         spdlog::warn("{}", *warning);
       }
@@ -552,6 +562,7 @@ void HangWatch::sample_arrivals(const std::vector<Probe>& probes) {
 }
 
 void HangWatch::check_progress(const std::vector<Probe>& probes) {
+  straggler_.unknown();  // no arrivals are sampled meanwhile
   const auto ranks = recorder_ranks(probes);
   if (ranks.empty() || analyzer_.empty()) return;
   sampling_ = true;

@@ -120,9 +120,9 @@ class HangWatch {
   /// on the event loop (not after stop() or a new attempt, when `current` is set).
   void read_stacks(Hang hang, bool current, std::function<void(Hang)> done, Records records = Records::verdict);
   /// Torch's analyzer on the records in the parts of `hang` (a job of several nodes), on a thread of
-  /// its own, one run at a time; then `done` on the event loop with hang.collective filled (not after
-  /// stop() or a new attempt, when `current` is set).
-  void judge_parts(Hang hang, bool current, std::function<void(Hang)> done);
+  /// its own, one run at a time; then `done` on the event loop with hang.collective filled (not
+  /// after stop() or a new attempt, when `current` holds the generation it is for).
+  void judge_parts(Hang hang, std::optional<unsigned> current, std::function<void(Hang)> done);
   /// A report's records moved out of the reading's folder, which the next reading makes anew.
   void keep_records(CollectiveVerdict& v);
   /// The ranks to ask for their flight recorder: every probe's (its hook's files beside its stacks').
@@ -153,9 +153,10 @@ class HangWatch {
   boost::asio::steady_timer timer_;
   HangState watch_;
   bool watching_ = false;
-  bool reading_ = false;         ///< the stack reader's thread is busy
-  bool judging_ = false;         ///< the analyzer's thread on every node's records is busy
-  std::optional<Hang> pending_;  ///< a hang found while `dtlaunch stacks`'s reading ran: read after it
+  bool reading_ = false;                 ///< the stack reader's thread is busy
+  bool judging_ = false;                 ///< the analyzer's thread on every node's records is busy
+  std::optional<Hang> pending_;          ///< a hang found while `dtlaunch stacks`'s reading ran: read after it
+  HangClock::time_point pending_since_;  ///< its ranks' last output: one printed since ends it
   int attempt_ = 0;
   int reports_ = 0;
   bool wrote_report_ = false;

@@ -48,6 +48,9 @@ elif mode == "spin":  # every rank busy, as NCCL's ranks spin while they wait: r
     work = dist.all_reduce(torch.ones(4), async_op=True)
     while not work.is_completed():
         pass
+elif mode == "compute":  # every rank computes quietly after collectives that completed: no hang
+    while True:
+        sum(range(10000))
 elif mode == "empty":
     # rank 0's tensor is empty at its 4th step: gloo returns at once there, and the ranks wait one
     # collective apart (a size mismatch that hangs, where 4 against 8 elements aborts at once)
@@ -191,6 +194,43 @@ class FlightRecorder(LaunchTest):
         self.assertEqual(code, 1, err)
         self.assert_same_as_fr_trace(v, 2)
 
+    def test_ranks_computing_quietly_after_collectives_that_completed_are_not_hung(self):
+        job = Running([DTLAUNCH, "--nproc_per_node=2", "--master_port", str(free_port()),
+                       f"--hang_timeout={HANG_TIMEOUT}", "--log_dir", self.logs, "part.py", "compute"],
+                      self.run_env(), cwd=self.tmp)
+        try:
+            job.wait_for(r"ready", count=2, timeout=120)
+            # the progress check reads every rank's record every 2 s meanwhile
+            read, deadline = False, time.monotonic() + 3 * HANG_TIMEOUT
+            while time.monotonic() < deadline:
+                read |= bool(glob.glob(os.path.join(self.logs, "*", "attempt_0", "fr_progress", "rank_1")))
+                time.sleep(0.5)
+            self.assertTrue(read, "the records' progress was never read")
+        finally:
+            job.proc.send_signal(signal.SIGTERM)
+            ended = job.finish(timeout=60)
+        self.assertNotIn("dtlaunch: hang", ended.stderr)
+        # A collective torch never retired, behind one of its group that completed, is no stall; the
+        # first after the group's last completed one is, where its rank waits on it.
+        analyzer = glob.glob(os.path.join(self.logs, "*", "flight_recorder_analyzer.py"))[0]
+        folder = os.path.join(self.tmp, "records")
+        os.makedirs(folder)
+        now = time.time_ns()
+
+        def entry(seq, retired):
+            return {"collective_seq_id": seq, "profiling_name": "nccl:all_reduce", "process_group": ("0", "default_pg"),
+                    "is_p2p": False, "retired": retired, "state": "completed" if retired else "started",
+                    "time_created_ns": now - (100 - seq) * 10**9, "input_sizes": [[4]], "input_dtypes": ["Float"]}
+        for rank, retired in ((0, (True, False, True)), (1, (True, False, False))):
+            with open(os.path.join(folder, f"rank_{rank}"), "wb") as f:
+                pickle.dump({"entries": [entry(seq, r) for seq, r in enumerate(retired, 1)]}, f)
+        r = subprocess.run([PYTHON, analyzer, "progress", folder, "rank_", str(now)], capture_output=True, text=True,
+                           timeout=60)
+        waiting = json.loads(r.stdout)
+        self.assertEqual(list(waiting), ["1"], r.stdout + r.stderr)
+        self.assertEqual((waiting["1"]["seq"], waiting["1"]["op"], waiting["1"]["state"]), (2, "all_reduce", "started"))
+        self.assertAlmostEqual(waiting["1"]["age_s"], 98, delta=1)
+
     def test_an_empty_tensor_that_hangs_gloo_is_named_as_a_size_mismatch_of_the_odd_rank(self):
         code, err, report = self.hang("empty", nproc=3)
         v = report["collective"]
@@ -255,7 +295,8 @@ class FlightRecorder(LaunchTest):
                 report = json.load(f)
             kept = report["collective"]["folder"]
             self.assertEqual(os.path.basename(kept), "hang_1_records")
-            self.assertEqual(sorted(os.listdir(kept)), ["rank_0", "rank_1"])
+            records = lambda: sorted(n for n in os.listdir(kept) if not n.startswith("."))  # noqa: E731
+            self.assertEqual(records(), ["rank_0", "rank_1"])
             stopped = next(r["pid"] for r in report["ranks"] if r["rank"] == 1)
             os.kill(stopped, signal.SIGSTOP)
             try:
@@ -266,7 +307,7 @@ class FlightRecorder(LaunchTest):
             self.assertIn("  rank 1: no record: it is stopped (SIGSTOP, or a debugger holds it)", r.stdout,
                           r.stdout + r.stderr)
             self.assertNotIn("not the same collective", r.stdout)  # rank 1's record from the report is not read
-            self.assertEqual(sorted(os.listdir(kept)), ["rank_0", "rank_1"])  # and the report's are kept
+            self.assertEqual(records(), ["rank_0", "rank_1"])  # and the report's are kept
         finally:
             job.proc.send_signal(signal.SIGTERM)
             job.finish(timeout=60)

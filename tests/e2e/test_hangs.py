@@ -31,7 +31,10 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 
 def stuck():
-    time.sleep(float(os.environ.get("STUCK_S", "3600")))
+    # STUCK_S at most; sooner once the file STUCK_UNTIL names exists (the test says when it has read)
+    until, end = os.environ.get("STUCK_UNTIL"), time.monotonic() + float(os.environ.get("STUCK_S", "3600"))
+    while time.monotonic() < end and not (until and os.path.exists(until)):
+        time.sleep(0.1)
 
 
 def spin():
@@ -159,7 +162,9 @@ class Hangs(LaunchTest):
         # A folder of this test's own for the jobs' sockets: no other test's job is seen here.
         runtime = os.path.join(self.tmp, "run")
         os.mkdir(runtime, 0o700)
-        env = self.env(PYTHON_EXEC=PYTHON, OMP_NUM_THREADS="1", STUCK_S="8", XDG_RUNTIME_DIR=runtime)
+        release = os.path.join(self.tmp, "release")
+        env = self.env(PYTHON_EXEC=PYTHON, OMP_NUM_THREADS="1", STUCK_S="120", STUCK_UNTIL=release,
+                       XDG_RUNTIME_DIR=runtime)
         job = Running([DTLAUNCH, "--nproc_per_node=2", "--master_port", str(free_port()), self.script, "sleep"], env)
         # both out of init_process_group: rank 0 may still be meeting rank 1's gloo when rank 1 prints
         job.wait_for(r"ready rank [01]", count=2)
@@ -175,6 +180,7 @@ class Hangs(LaunchTest):
         other = subprocess.run([DTLAUNCH, "stacks", "1"], env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual(other.returncode, 1)
         self.assertEqual(other.stderr, "dtlaunch stacks: error: no dtlaunch job of yours with pid 1 on this machine\n")
+        open(release, "w").close()
         done = job.finish(timeout=120)
         self.assertExitCode(done, 0)
         self.assertEqual(os.listdir(os.path.join(runtime, "dtlaunch")), [])  # the socket went with the job
@@ -236,7 +242,8 @@ class Hangs(LaunchTest):
     def test_dtlaunch_stacks_on_the_other_node_prints_every_node_s_ranks(self):
         runtime = os.path.join(self.tmp, "run")
         os.mkdir(runtime, 0o700)
-        nodes = self.two_nodes("sleep", runtime=runtime, STUCK_S="10")
+        release = os.path.join(self.tmp, "release")
+        nodes = self.two_nodes("sleep", runtime=runtime, STUCK_S="120", STUCK_UNTIL=release)
         for n in nodes:
             n.wait_for(r"ready rank \d", count=2)
         r = subprocess.run([DTLAUNCH, "stacks"], env=self.env(XDG_RUNTIME_DIR=runtime), capture_output=True, text=True,
@@ -245,6 +252,7 @@ class Hangs(LaunchTest):
         self.assertIn("dtlaunch: the stacks of 4 ranks on 2 nodes:\n", r.stdout)  # with one host name: loopback
         self.assertRegex(r.stdout, r"  ranks 0-2:\n    thread MainThread\n      all_reduce \(")
         self.assertRegex(r.stdout, r"  rank 3:\n    thread MainThread\n      stuck \(hang\.py:\d+\)")
+        open(release, "w").close()
         for done in [n.finish(timeout=120) for n in nodes]:
             self.assertExitCode(done, 0)
 
@@ -253,7 +261,9 @@ class Hangs(LaunchTest):
         ssh, hostfile = two_loopback_hosts(self.tmp)
         runtime = os.path.join(self.tmp, "run")
         os.mkdir(runtime, 0o700)
-        env = self.env(PYTHON_EXEC=PYTHON, OMP_NUM_THREADS="1", STUCK_RANK="3", STUCK_S="10", XDG_RUNTIME_DIR=runtime,
+        release = os.path.join(self.tmp, "release")
+        env = self.env(PYTHON_EXEC=PYTHON, OMP_NUM_THREADS="1", STUCK_RANK="3", STUCK_S="120", STUCK_UNTIL=release,
+                       XDG_RUNTIME_DIR=runtime,
                        FAKE_SSH_LOG=os.path.join(self.tmp, "ssh.log"))
         fanout = Running([DTLAUNCH, "--hostfile", hostfile, "--ssh_command", ssh, "--remote_dtlaunch",
                           os.path.realpath(DTLAUNCH), "--master_port", str(free_port()), self.script, "sleep"], env)
@@ -264,6 +274,7 @@ class Hangs(LaunchTest):
         self.assertIn("dtlaunch: the stacks of 4 ranks on ", r.stdout)
         self.assertRegex(r.stdout, r"  ranks 0-2:\n    thread MainThread\n      all_reduce \(")
         self.assertRegex(r.stdout, r"  rank 3:\n    thread MainThread\n      stuck \(hang\.py:\d+\)")
+        open(release, "w").close()
         self.assertExitCode(fanout.finish(timeout=120), 0)
 
     @unittest.skipUnless(HAVE_SECCOMP, "no python3-seccomp: ptrace cannot be denied here")
