@@ -49,6 +49,13 @@ void poke(int fd) {
   (void)ignored;
 }
 
+/// The analyzer script's run by `python` with `args`, bounded as the watch's readers are.
+AnalyzerRun analyzer_run(const std::string& python, const std::string& script, std::vector<std::string> args,
+                         const ReadLimits& limits) {
+  return {python,           script,           std::move(args),       kAnalyzerTimeout,
+          limits.cancel_fd, limits.cgroup_fd, limits.cgroup_procs_fd};
+}
+
 /// Torch's analyzer run by `python` as `script args...` on the records in `folder`, with the ranks
 /// that left none named; no run where no rank answered or the script could not be written.
 CollectiveVerdict judge_records(const std::vector<RecordAnswer>& answers, const std::string& python,
@@ -60,8 +67,7 @@ CollectiveVerdict judge_records(const std::vector<RecordAnswer>& answers, const 
   } else if (script.empty()) {
     v.error = "dtlaunch could not write its analyzer into the run's folder";
   } else {
-    v = run_analyzer({python, script, std::move(args), kAnalyzerTimeout, limits.cancel_fd, limits.cgroup_fd,
-                      limits.cgroup_procs_fd});
+    v = run_analyzer(analyzer_run(python, script, std::move(args), limits));
   }
   v.folder = folder;
   for (const auto& a : answers) {
@@ -89,14 +95,10 @@ void export_records(Hang& hang, const std::vector<RecordAnswer>& answers, const 
   std::string why;
   const std::string lines =
       script.empty() ? ""
-                     : run_analyzer_raw({analyzer_python(answers, asked, fallback),
-                                         script,
-                                         {"export", folder, std::string(kRecordPrefix), std::to_string(budget)},
-                                         kAnalyzerTimeout,
-                                         limits.cancel_fd,
-                                         limits.cgroup_fd,
-                                         limits.cgroup_procs_fd},
-                                        why);
+                     : run_analyzer_raw(
+                           analyzer_run(analyzer_python(answers, asked, fallback), script,
+                                        {"export", folder, std::string(kRecordPrefix), std::to_string(budget)}, limits),
+                           why);
   std::map<int, std::string> by_rank;
   for (const auto& line : text::split(lines, '\n')) {
     constexpr std::string_view kHead = "{\"rank\":";  // the export writes each record's rank first
@@ -224,11 +226,7 @@ std::vector<RecorderRank> HangWatch::recorder_ranks(const std::vector<Probe>& pr
 }
 
 void HangWatch::cancel_reading() {
-  if (cancel_) {
-    const uint64_t one = 1;
-    ssize_t ignored = ::write(cancel_->fd, &one, sizeof one);
-    (void)ignored;
-  }
+  if (cancel_) poke(cancel_->fd);
 }
 
 HangWatch::~HangWatch() {
@@ -512,12 +510,13 @@ void HangWatch::tick() {
         std::any_of(probes.begin(), probes.end(), [&](const Probe& p) { return p.last_output > pending_since_; })) {
       pending_.reset();  // a rank printed while it waited: that hang is over
     }
-    if (pending_ && !reading_ && !sampling_) {
+    if (reading_ || sampling_) {  // one asking of the ranks at a time: the rest waits for a later tick
+    } else if (pending_) {
       read_stacks(*std::exchange(pending_, std::nullopt), true,
                   [this, probes](Hang read) { report(std::move(read), probes); });
-    } else if (!pending_ && !reading_ && !sampling_ && watch_.quietly_busy() && now >= next_progress_) {
-      check_progress(probes);
-    } else if (!pending_ && !reading_ && !sampling_ && !watch_.quietly_busy() && now >= next_sample_) {
+    } else if (watch_.quietly_busy()) {
+      if (now >= next_progress_) check_progress(probes);
+    } else if (now >= next_sample_) {
       sample_arrivals(probes);
     }
     tick();
@@ -582,16 +581,12 @@ void HangWatch::check_progress(const std::vector<Probe>& probes) {
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
               .count();
       std::string why;
-      stall =
-          find_stall(run_analyzer_raw({analyzer_python(answers, ranks, fallback),
-                                       script,
-                                       {"progress", paths.folder, std::string(kRecordPrefix), std::to_string(now_ns)},
-                                       kAnalyzerTimeout,
-                                       limits.cancel_fd,
-                                       limits.cgroup_fd,
-                                       limits.cgroup_procs_fd},
-                                      why),
-                     timeout_s);
+      stall = find_stall(
+          run_analyzer_raw(
+              analyzer_run(analyzer_python(answers, ranks, fallback), script,
+                           {"progress", paths.folder, std::string(kRecordPrefix), std::to_string(now_ns)}, limits),
+              why),
+          timeout_s);
     }
     if (!*alive) return;
     asio::post(io_, [this, stall = std::move(stall), alive, generation] {
